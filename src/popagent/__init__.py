@@ -1,0 +1,54 @@
+"""popagent: memory for LLM agents on plain PostgreSQL.
+
+The long-term store holds durable facts and per-turn episodes for each
+resource, with explainable hybrid recall::
+
+    async with popagent.connect() as memory:
+        await memory.remember("popagent-user", "Prefers dark mode", key="ui.theme")
+        results = await memory.recall("popagent-user", "which theme?")
+        print(popagent.render(results))
+"""
+
+from .connection import connect
+from .errors import (
+    ConflictError,
+    DatabaseError,
+    NotFoundError,
+    PopagentError,
+    SecretRefusedError,
+    ValidationError,
+)
+from .memory.longterm import LongTermMemory
+from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
+from .memory.render import HEADER, render
+from .models import (
+    EpisodeTurn,
+    MaintenanceReport,
+    Memory,
+    RecallResult,
+    RememberResult,
+    ScoreComponent,
+)
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "HEADER",
+    "ConflictError",
+    "DatabaseError",
+    "EpisodeTurn",
+    "LongTermMemory",
+    "MaintenanceReport",
+    "Memory",
+    "NotFoundError",
+    "PopagentError",
+    "RankingWeights",
+    "RecallResult",
+    "RememberResult",
+    "ScoreComponent",
+    "SecretRefusedError",
+    "ValidationError",
+    "connect",
+    "render",
+]
+
+__version__ = "0.1.0"

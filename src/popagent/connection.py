@@ -1,0 +1,34 @@
+"""``popagent.connect``: the one entry point that yields a ready ``LongTermMemory``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from .memory.longterm import LongTermMemory
+from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
+from .store.database import open_pool
+
+__all__ = ["connect"]
+
+
+@asynccontextmanager
+async def connect(
+    url: str | None = None,
+    *,
+    data_dir: Path | str | None = None,
+    weights: RankingWeights = DEFAULT_WEIGHTS,
+    min_size: int = 1,
+    max_size: int = 10,
+) -> AsyncIterator[LongTermMemory]:
+    """Open popagent's database and yield a ``LongTermMemory`` over it.
+
+    ``url`` (or ``POPAGENT_DATABASE_URL``) selects an existing PostgreSQL
+    server; without either, an embedded server is started in ``data_dir``
+    (default: the platform's user-data directory, or ``POPAGENT_DATA_DIR``)
+    and stopped cleanly on exit. Pending migrations are applied first, safely
+    even when several processes start at once.
+    """
+    async with open_pool(url, data_dir=data_dir, min_size=min_size, max_size=max_size) as pool:
+        yield LongTermMemory(pool, weights=weights)

@@ -1,0 +1,58 @@
+"""The one exception tree of popagent.
+
+::
+
+    PopagentError
+    ├── ValidationError        bad input; names the field and the limit
+    │   └── SecretRefusedError a fact that looks like a credential
+    ├── NotFoundError          no such memory in this resource
+    ├── ConflictError          a strict create met an existing key
+    └── DatabaseError          the server could not be reached or started
+
+Every error is raised before anything is written, or after the transaction
+that would have written was rolled back: a failed call changes nothing.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "DatabaseError",
+    "NotFoundError",
+    "PopagentError",
+    "SecretRefusedError",
+    "ValidationError",
+]
+
+
+class PopagentError(Exception):
+    """Base class of every error popagent raises on purpose."""
+
+
+class ValidationError(PopagentError, ValueError):
+    """Input that breaks a documented rule.
+
+    ``field`` names the offending argument or body field so that the CLI and
+    the HTTP layer can point at it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class SecretRefusedError(ValidationError):
+    """A fact that looks like a credential; secrets belong in the secret store."""
+
+
+class NotFoundError(PopagentError, LookupError):
+    """The memory does not exist in the given resource (it may exist in another)."""
+
+
+class ConflictError(PopagentError):
+    """A strict create collided with an existing fact key."""
+
+
+class DatabaseError(PopagentError):
+    """PostgreSQL could not be reached, started or migrated."""

@@ -1,0 +1,1 @@
+"""Long-term memory: validation, credential screening, ranking, rendering and the service."""

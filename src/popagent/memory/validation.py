@@ -1,0 +1,165 @@
+"""The rules every write path applies, in one place.
+
+Each check raises ``ValidationError`` naming the field and the limit; nothing
+is ever silently cut except episode text, which is capped with an explicit
+truncation marker as the retention contract requires.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+
+from ..errors import SecretRefusedError, ValidationError
+from .credentials import find_credentials, redact_credentials
+
+__all__ = [
+    "ASSISTANT_TEXT_CAP",
+    "FACT_CONTENT_CAP",
+    "ID_CAP",
+    "KEY_CAP",
+    "QUERY_CAP",
+    "USER_TEXT_CAP",
+    "cap_text",
+    "check_id",
+    "check_importance",
+    "check_limit",
+    "check_query",
+    "episode_content",
+    "normalize_fact_content",
+    "normalize_key",
+    "truncation_marker",
+]
+
+FACT_CONTENT_CAP = 2_000
+KEY_CAP = 128
+ID_CAP = 256
+USER_TEXT_CAP = 4_000
+ASSISTANT_TEXT_CAP = 8_000
+QUERY_CAP = 4_000
+RECALL_LIMIT_CAP = 1_000
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _check_text(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            field, "is not valid Unicode (it holds an unpaired surrogate)"
+        ) from exc
+    return value
+
+
+def check_id(field: str, value: object) -> str:
+    """A resource or session ID: non-empty, at most 256 characters, kept exactly as given."""
+    text = _check_text(field, value)
+    if not text.strip():
+        raise ValidationError(field, "must not be empty")
+    if len(text) > ID_CAP:
+        raise ValidationError(field, f"must be at most {ID_CAP} characters")
+    return text
+
+
+def normalize_fact_content(value: object, field: str = "content") -> str:
+    """NFC, whitespace runs collapsed to one space, trimmed; 1 to 2,000 characters; no credentials."""
+    text = unicodedata.normalize("NFC", _check_text(field, value))
+    text = _WHITESPACE.sub(" ", text).strip()
+    if not text:
+        raise ValidationError(field, "is required and must not be empty")
+    if len(text) > FACT_CONTENT_CAP:
+        raise ValidationError(
+            field,
+            f"is {len(text)} characters; a fact is limited to {FACT_CONTENT_CAP} characters",
+        )
+    findings = find_credentials(text)
+    if findings:
+        kinds = ", ".join(sorted({f.kind for f in findings}))
+        raise SecretRefusedError(
+            field,
+            f"looks like it contains a credential ({kinds}); secrets are never stored as "
+            "memories, use the secret store instead",
+        )
+    return text
+
+
+def normalize_key(value: object, field: str = "key") -> str | None:
+    """``None`` stays ``None``; otherwise trimmed and lower-cased, 1 to 128 characters."""
+    if value is None:
+        return None
+    text = unicodedata.normalize("NFC", _check_text(field, value)).strip().lower()
+    if not text:
+        raise ValidationError(field, "must not be empty when given")
+    if len(text) > KEY_CAP:
+        raise ValidationError(field, f"must be at most {KEY_CAP} characters")
+    if any(ch.isspace() or unicodedata.category(ch) == "Cc" for ch in text):
+        raise ValidationError(field, "must not contain whitespace or control characters")
+    return text
+
+
+def check_importance(value: object, field: str = "importance") -> float:
+    """A finite number in [0, 1] (booleans are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field, f"must be a number in [0, 1], not {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValidationError(field, "must be a finite number in [0, 1]")
+    if not 0.0 <= number <= 1.0:
+        raise ValidationError(field, f"must be in [0, 1], got {number}")
+    return number
+
+
+def check_query(value: object, field: str = "query") -> str:
+    text = _check_text(field, value).strip()
+    if not text:
+        raise ValidationError(field, "must not be empty")
+    if len(text) > QUERY_CAP:
+        raise ValidationError(field, f"must be at most {QUERY_CAP} characters")
+    return text
+
+
+def check_limit(value: object, field: str = "limit", cap: int = RECALL_LIMIT_CAP) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field, "must be an integer")
+    if not 1 <= value <= cap:
+        raise ValidationError(field, f"must be between 1 and {cap}")
+    return value
+
+
+def truncation_marker(dropped: int) -> str:
+    return f" [truncated: {dropped} more characters]"
+
+
+def cap_text(text: str, cap: int) -> str:
+    """``text`` if it fits in ``cap`` characters, else a prefix plus a marker, ``cap`` in all."""
+    if len(text) <= cap:
+        return text
+    # The marker's length depends on how much is dropped; two passes settle it.
+    keep = cap - len(truncation_marker(len(text) - cap))
+    keep = cap - len(truncation_marker(len(text) - keep))
+    return text[:keep] + truncation_marker(len(text) - keep)
+
+
+def episode_content(user_text: object, assistant_text: object) -> tuple[str, int] | None:
+    """The stored text of one turn, and how many credentials were redacted.
+
+    ``None`` when either side is empty (no episode is kept for such a turn).
+    Credentials are redacted before capping, so a cap never leaves half a secret.
+    """
+    user = _check_text("user_text", user_text).strip()
+    assistant = _check_text("assistant_text", assistant_text).strip()
+    if not user or not assistant:
+        return None
+    user, n_user = redact_credentials(unicodedata.normalize("NFC", user))
+    assistant, n_assistant = redact_credentials(unicodedata.normalize("NFC", assistant))
+    content = (
+        f"User: {cap_text(user, USER_TEXT_CAP)}\n"
+        f"Assistant: {cap_text(assistant, ASSISTANT_TEXT_CAP)}"
+    )
+    return content, n_user + n_assistant

@@ -1,0 +1,151 @@
+"""Frozen domain values shared by every layer.
+
+Field names follow the one vocabulary of the project: the same words are the
+SQL columns, the dataclass fields, the JSON keys and the CLI flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+__all__ = [
+    "Candidate",
+    "CorpusStats",
+    "EpisodeTurn",
+    "Kind",
+    "MaintenanceReport",
+    "Memory",
+    "RecallResult",
+    "RememberResult",
+    "ScoreComponent",
+]
+
+Kind = Literal["fact", "episode"]
+RememberAction = Literal["created", "updated", "unchanged"]
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One row of ``popagent_memories``.
+
+    ``content_sha256`` is the hex SHA-256 of ``content`` (UTF-8); ``key`` is
+    only ever set on facts. ``accessed_at`` is ``None`` until a recall returns
+    the memory.
+    """
+
+    id: int
+    resource_id: str
+    session_id: str | None
+    kind: Kind
+    key: str | None
+    content: str
+    content_sha256: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    accessed_at: datetime | None
+    access_count: int
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict with ISO-8601 timestamps."""
+        return {
+            "id": self.id,
+            "resource_id": self.resource_id,
+            "session_id": self.session_id,
+            "kind": self.kind,
+            "key": self.key,
+            "content": self.content,
+            "content_sha256": self.content_sha256,
+            "importance": self.importance,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "accessed_at": self.accessed_at.isoformat() if self.accessed_at else None,
+            "access_count": self.access_count,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreComponent:
+    """One signal of a recall score: its value in [0, 1], its weight, and their product."""
+
+    name: str
+    value: float
+    weight: float
+
+    @property
+    def contribution(self) -> float:
+        return self.value * self.weight
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """A recalled memory with the explanation of its rank.
+
+    ``score`` is exactly the sum of the components' contributions.
+    """
+
+    memory: Memory
+    score: float
+    components: tuple[ScoreComponent, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "memory": self.memory.to_json(),
+            "score": self.score,
+            "components": {
+                c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
+                for c in self.components
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RememberResult:
+    """What ``remember`` did: created a fact, updated the fact of that key, or found it unchanged."""
+
+    memory: Memory
+    action: RememberAction
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeTurn:
+    """One completed turn to retain in bulk (see ``LongTermMemory.retain_episodes``)."""
+
+    session_id: str
+    user_text: str
+    assistant_text: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport:
+    """Rows deleted by one maintenance run."""
+
+    expired_episodes: int = 0
+    capped_episodes: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.expired_episodes + self.capped_episodes
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusStats:
+    """What BM25 needs to know of the resource: document count, average length, and each
+    query lexeme's document frequency (counts may be capped for speed; IDF stays ordered)."""
+
+    documents: int
+    average_length: float
+    document_frequency: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A memory the indexes proposed, with its per-lexeme term frequencies and length."""
+
+    memory: Memory
+    term_frequency: dict[str, int]
+    length: int
+    trigram: float

@@ -1,0 +1,13 @@
+"""The exported names are the contract; this pins them."""
+
+from __future__ import annotations
+
+import popagent
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert len(popagent.__all__) == len(set(popagent.__all__))
+    public = {n for n in dir(popagent) if not n.startswith("_")}
+    # Submodules are importable, not part of the API.
+    modules = {"connection", "errors", "memory", "models", "store"}
+    assert public - modules == set(popagent.__all__)
