@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "Candidate",
@@ -17,12 +17,16 @@ __all__ = [
     "Kind",
     "MaintenanceReport",
     "Memory",
+    "Message",
     "RecallResult",
     "RememberResult",
+    "Role",
     "ScoreComponent",
+    "Session",
 ]
 
 Kind = Literal["fact", "episode"]
+Role = Literal["system", "user", "assistant", "tool"]
 RememberAction = Literal["created", "updated", "unchanged"]
 
 
@@ -149,3 +153,54 @@ class Candidate:
     term_frequency: dict[str, int]
     length: int
     trigram: float
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A chat session (thread) of one resource."""
+
+    resource_id: str
+    session_id: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "resource_id": self.resource_id,
+            "session_id": self.session_id,
+            "title": self.title,
+            "metadata": self.metadata,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a thread's exact history.
+
+    ``parts`` holds the structured parts as JSON objects, each with a ``type``:
+    ``tool_call`` (``id``, ``name``, ``arguments``), ``tool_result``
+    (``tool_call_id``, ``name``) or ``attachment`` (``name``, ``media_type``, ...).
+    """
+
+    id: int
+    resource_id: str
+    session_id: str
+    role: Role
+    content: str
+    parts: tuple[dict[str, Any], ...]
+    created_at: datetime
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "resource_id": self.resource_id,
+            "session_id": self.session_id,
+            "role": self.role,
+            "content": self.content,
+            "parts": list(self.parts),
+            "created_at": self.created_at.isoformat(),
+        }

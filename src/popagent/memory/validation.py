@@ -26,6 +26,7 @@ __all__ = [
     "check_importance",
     "check_limit",
     "check_query",
+    "check_text",
     "episode_content",
     "normalize_fact_content",
     "normalize_key",
@@ -43,7 +44,7 @@ RECALL_LIMIT_CAP = 1_000
 _WHITESPACE = re.compile(r"\s+")
 
 
-def _check_text(field: str, value: object) -> str:
+def check_text(field: str, value: object) -> str:
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, not {type(value).__name__}")
     if "\x00" in value:
@@ -59,7 +60,7 @@ def _check_text(field: str, value: object) -> str:
 
 def check_id(field: str, value: object) -> str:
     """A resource or session ID: non-empty, at most 256 characters, kept exactly as given."""
-    text = _check_text(field, value)
+    text = check_text(field, value)
     if not text.strip():
         raise ValidationError(field, "must not be empty")
     if len(text) > ID_CAP:
@@ -69,7 +70,7 @@ def check_id(field: str, value: object) -> str:
 
 def normalize_fact_content(value: object, field: str = "content") -> str:
     """NFC, whitespace runs collapsed to one space, trimmed; 1 to 2,000 characters; no credentials."""
-    text = unicodedata.normalize("NFC", _check_text(field, value))
+    text = unicodedata.normalize("NFC", check_text(field, value))
     text = _WHITESPACE.sub(" ", text).strip()
     if not text:
         raise ValidationError(field, "is required and must not be empty")
@@ -93,7 +94,7 @@ def normalize_key(value: object, field: str = "key") -> str | None:
     """``None`` stays ``None``; otherwise trimmed and lower-cased, 1 to 128 characters."""
     if value is None:
         return None
-    text = unicodedata.normalize("NFC", _check_text(field, value)).strip().lower()
+    text = unicodedata.normalize("NFC", check_text(field, value)).strip().lower()
     if not text:
         raise ValidationError(field, "must not be empty when given")
     if len(text) > KEY_CAP:
@@ -116,7 +117,7 @@ def check_importance(value: object, field: str = "importance") -> float:
 
 
 def check_query(value: object, field: str = "query") -> str:
-    text = _check_text(field, value).strip()
+    text = check_text(field, value).strip()
     if not text:
         raise ValidationError(field, "must not be empty")
     if len(text) > QUERY_CAP:
@@ -152,8 +153,8 @@ def episode_content(user_text: object, assistant_text: object) -> tuple[str, int
     ``None`` when either side is empty (no episode is kept for such a turn).
     Credentials are redacted before capping, so a cap never leaves half a secret.
     """
-    user = _check_text("user_text", user_text).strip()
-    assistant = _check_text("assistant_text", assistant_text).strip()
+    user = check_text("user_text", user_text).strip()
+    assistant = check_text("assistant_text", assistant_text).strip()
     if not user or not assistant:
         return None
     user, n_user = redact_credentials(unicodedata.normalize("NFC", user))

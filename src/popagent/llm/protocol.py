@@ -1,0 +1,194 @@
+"""The seam between the agent turn pipeline and a chat model.
+
+The pipeline speaks only these values; the wire format of the OpenAI Chat
+Completions API appears in exactly two places, ``to_openai()`` here and the
+client that sends it. Invariants:
+
+* every value is frozen; a ``ChatMessage`` is checked when it is made, so a
+  message that the wire format would reject (a tool result without the id of
+  the call it answers, tool calls on a user message) cannot exist;
+* ``ToolCall.arguments`` is the raw JSON text the model sent, never parsed
+  here: models emit invalid JSON often enough that the caller must decide;
+* ``ChatModel.complete`` returns the whole assembled reply even when it
+  streams, so streaming is only a way to see text early, never a different
+  result.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from popagent.errors import PopagentError, ValidationError
+
+__all__ = [
+    "ChatMessage",
+    "ChatModel",
+    "ChatRole",
+    "Completion",
+    "ModelError",
+    "TextCallback",
+    "ToolCall",
+    "ToolSpec",
+]
+
+ChatRole = Literal["system", "user", "assistant", "tool"]
+TextCallback = Callable[[str], Awaitable[None]]
+
+
+class ModelError(PopagentError):
+    """The model could not produce a completion.
+
+    ``retryable`` is true when the failure was transient (a timeout, a lost
+    connection, HTTP 408/409/429/5xx) so the whole call may succeed later; it
+    is false when repeating the same request cannot help (HTTP 400/401/403/
+    404/422, a malformed response) or would repeat text already streamed.
+    ``attempts`` counts the HTTP requests made, retries included.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status_code: int | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status_code = status_code
+        self.attempts = attempts
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for; ``arguments`` is the model's raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a conversation, as sent to or received from the model.
+
+    ``tool_calls`` only on assistant messages; ``tool_call_id`` is required on
+    (and only allowed on) tool results, since it is how the model matches a
+    result to its call. ``content`` may be ``None`` only on an assistant
+    message that carries tool calls.
+    """
+
+    role: ChatRole
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ("system", "user", "assistant", "tool"):
+            raise ValidationError("role", f"must be system, user, assistant or tool: {self.role!r}")
+        if self.tool_calls and self.role != "assistant":
+            raise ValidationError("tool_calls", "only an assistant message can call tools")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValidationError("tool_call_id", "a tool result must name the call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValidationError("tool_call_id", "only a tool result answers a call")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValidationError(
+                "content", "only an assistant message with tool calls may omit it"
+            )
+
+    def to_openai(self) -> dict[str, Any]:
+        """The Chat Completions wire form of this message."""
+        wire: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            wire["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            wire["tool_call_id"] = self.tool_call_id
+        # The wire schema has no ``name`` on tool results; strict servers reject
+        # unknown keys, so it is only sent where the schema defines it.
+        if self.name is not None and self.role != "tool":
+            wire["name"] = self.name
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call; ``parameters`` is its JSON Schema (read-only)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValidationError("name", "a tool needs a name")
+
+    def to_openai(self) -> dict[str, Any]:
+        # A copy, so nothing downstream (the SDK, a test) can mutate the spec.
+        parameters = copy.deepcopy(self.parameters) or {"type": "object", "properties": {}}
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The model's whole reply to one request.
+
+    ``message`` is always an assistant message. Usage counts are ``None``
+    when the server did not report them (many local servers do not when
+    streaming).
+    """
+
+    message: ChatMessage
+    finish_reason: str | None
+    model: str
+    usage_prompt_tokens: int | None
+    usage_completion_tokens: int | None
+
+
+class ChatModel(Protocol):
+    """What the turn pipeline needs from a model.
+
+    ``model`` is the model name; ``provider`` is a short, stable name of where
+    requests go (for an HTTP model, the base URL's host and port), compared
+    across turns to notice that the provider changed.
+    """
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        on_text: TextCallback | None = None,
+    ) -> Completion:
+        """Ask for the next assistant message.
+
+        With ``on_text`` the implementation streams and awaits it with each
+        text delta in order; the returned completion is the same as without
+        it (text joined, tool calls assembled). Raises ``ModelError``.
+        """
+        ...

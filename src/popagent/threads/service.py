@@ -1,0 +1,181 @@
+"""``ThreadStore``: sessions and the exact message history of each.
+
+Thread memory is the exact record of one chat; it is never substituted by the
+long-term store, and deleting a session (with its messages and thread-scoped
+state) never touches ``popagent_memories``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any, get_args
+
+from ..errors import NotFoundError, ValidationError
+from ..memory.validation import check_id, check_limit, check_text
+from ..models import Message, Role, Session
+from ..store import threads as sql
+from ..store.database import Pool
+
+__all__ = ["PART_TYPES", "ThreadStore"]
+
+PART_TYPES = frozenset({"tool_call", "tool_result", "attachment"})
+TITLE_CAP = 200
+MESSAGE_CAP = 1_000_000
+PAGE_CAP = 1_000
+
+
+def _check_title(title: object) -> str | None:
+    if title is None:
+        return None
+    text = check_text("title", title).strip()
+    if len(text) > TITLE_CAP:
+        raise ValidationError("title", f"must be at most {TITLE_CAP} characters")
+    return text or None
+
+
+def _check_json_object(field: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError(field, "must be a JSON object")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"must be JSON-serializable: {exc}") from exc
+    if "\\u0000" in json.dumps(value):
+        raise ValidationError(field, "must not contain NUL characters")
+    return value
+
+
+def _check_parts(parts: Sequence[object]) -> list[dict[str, Any]]:
+    checked: list[dict[str, Any]] = []
+    for i, part in enumerate(parts):
+        obj = _check_json_object(f"parts[{i}]", part)
+        if obj.get("type") not in PART_TYPES:
+            raise ValidationError(f"parts[{i}].type", f"must be one of {sorted(PART_TYPES)}")
+        checked.append(obj)
+    return checked
+
+
+class ThreadStore:
+    """Create, list, read (paged), rename and delete sessions; append and page messages."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def create_session(
+        self,
+        resource_id: str,
+        session_id: str | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """A new session (a random ID unless given); a taken ID is a ``ValidationError``."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id or uuid.uuid4().hex)
+        title = _check_title(title)
+        meta = _check_json_object("metadata", metadata or {})
+        async with self._pool.connection() as conn:
+            created = await sql.create_session(conn, resource_id, session_id, title, meta)
+        if created is None:
+            raise ValidationError("session_id", "is already taken in this resource")
+        return created
+
+    async def ensure_session(self, resource_id: str, session_id: str) -> Session:
+        """The session, created when missing (a turn may start a new chat by naming it)."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        async with self._pool.connection() as conn:
+            return await sql.ensure_session(conn, resource_id, session_id)
+
+    async def get_session(self, resource_id: str, session_id: str) -> Session:
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        async with self._pool.connection() as conn:
+            found = await sql.get_session(conn, resource_id, session_id)
+        if found is None:
+            raise NotFoundError(f"no session {session_id!r} in this resource")
+        return found
+
+    async def list_sessions(
+        self, resource_id: str, *, limit: int = 50, offset: int = 0
+    ) -> list[Session]:
+        """Sessions, most recently active first."""
+        resource_id = check_id("resource_id", resource_id)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValidationError("offset", "must be an integer >= 0")
+        async with self._pool.connection() as conn:
+            return await sql.list_sessions(
+                conn, resource_id, check_limit(limit, cap=PAGE_CAP), offset
+            )
+
+    async def rename_session(self, resource_id: str, session_id: str, title: str | None) -> Session:
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        async with self._pool.connection() as conn:
+            renamed = await sql.rename_session(conn, resource_id, session_id, _check_title(title))
+        if renamed is None:
+            raise NotFoundError(f"no session {session_id!r} in this resource")
+        return renamed
+
+    async def delete_session(self, resource_id: str, session_id: str) -> None:
+        """Delete the session, its messages and thread-scoped state; long-term memory stays."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        async with self._pool.connection() as conn:
+            deleted = await sql.delete_session(conn, resource_id, session_id)
+        if not deleted:
+            raise NotFoundError(f"no session {session_id!r} in this resource")
+
+    async def append_message(
+        self,
+        resource_id: str,
+        session_id: str,
+        role: Role,
+        content: str,
+        *,
+        parts: Sequence[dict[str, Any]] = (),
+    ) -> Message:
+        """Append one message to an existing session's history."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        if role not in get_args(Role):
+            raise ValidationError("role", f"must be one of {list(get_args(Role))}")
+        content = check_text("content", content)
+        if len(content) > MESSAGE_CAP:
+            raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
+        checked = _check_parts(parts)
+        async with self._pool.connection() as conn, conn.transaction():
+            if await sql.get_session(conn, resource_id, session_id) is None:
+                raise NotFoundError(f"no session {session_id!r} in this resource")
+            return await sql.append_message(conn, resource_id, session_id, role, content, checked)
+
+    async def list_messages(
+        self, resource_id: str, session_id: str, *, after_id: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """A page of the exact history, oldest first; pass the last ``id`` as ``after_id``."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        async with self._pool.connection() as conn:
+            if await sql.get_session(conn, resource_id, session_id) is None:
+                raise NotFoundError(f"no session {session_id!r} in this resource")
+            return await sql.list_messages(
+                conn,
+                resource_id,
+                session_id,
+                after_id=after_id,
+                limit=check_limit(limit, cap=PAGE_CAP),
+            )
+
+    async def recent_messages(
+        self, resource_id: str, session_id: str, *, limit: int
+    ) -> list[Message]:
+        """The ``limit`` newest messages, oldest first (the turn's recent context)."""
+        async with self._pool.connection() as conn:
+            return await sql.recent_messages(
+                conn,
+                check_id("resource_id", resource_id),
+                check_id("session_id", session_id),
+                limit=limit,
+            )
