@@ -9,6 +9,16 @@ def test_all_is_exactly_the_public_api() -> None:
     assert len(popagent.__all__) == len(set(popagent.__all__))
     public = {n for n in dir(popagent) if not n.startswith("_")}
     # Submodules are importable, not part of the API.
-    modules = {"cli", "connection", "errors", "llm", "memory", "models", "secrets", "store", "threads"}
+    modules = {
+        "cli",
+        "connection",
+        "errors",
+        "llm",
+        "memory",
+        "models",
+        "secrets",
+        "store",
+        "threads",
+    }
     assert public - modules == set(popagent.__all__)
     assert set(popagent.__all__) <= public
