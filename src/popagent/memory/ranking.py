@@ -57,7 +57,7 @@ class RankingWeights:
     recency: float = 0.10
     fact: float = 0.10
     #: Days after which the recency signal halves.
-    recency_half_life_days: float = 30.0
+    recency_half_life_days: float = 90.0
     #: Okapi BM25 term-frequency saturation and length normalization.
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
