@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 import popagent
-
 from popagent.cli import main
 
 
