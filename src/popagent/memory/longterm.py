@@ -209,7 +209,7 @@ class LongTermMemory:
         query = check_query(query)
         limit = check_limit(limit)
         now = _check_time("now", now) or datetime.now(UTC)
-        pool_size = max(limit * 8, 120)
+        pool_size = max(limit * 4, 48)
         async with self._pool.connection() as conn:
             async with conn.transaction():
                 stats = await recall_sql.corpus_stats(conn, resource_id, query)

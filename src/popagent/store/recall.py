@@ -8,8 +8,7 @@ Two round trips per recall:
    resource costs no more than a large one; BM25's IDF keeps its order.
 2. ``candidates``: memories matching any of the selected lexemes (OR, not
    AND), pre-ordered by the IDF they cover, plus trigram matches when the
-   lexical path found too little or the query holds words the resource never
-   used (misspellings, partial words). Each comes with its term frequencies,
+   lexical path found fewer than ``limit`` (misspellings, partial words). Each comes with its term frequencies,
    length and trigram similarity.
 
 Lexemes are chosen rarest first until their summed document frequency passes
@@ -41,8 +40,8 @@ __all__ = [
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
-COUNT_CAP = 20_000
-CANDIDATE_BUDGET = 4_000
+COUNT_CAP = 5_000
+CANDIDATE_BUDGET = 1_000
 LENGTH_SAMPLE = 1_000
 TRIGRAM_THRESHOLD = 0.3
 
@@ -184,8 +183,9 @@ async def candidates(
         )
         for row in await cur.fetchall():
             found[row["id"]] = _to_candidate(row, lexemes)
-    unknown_words = any(df == 0 for df in stats.document_frequency.values())
-    if len(found) < min_lexical or unknown_words or not stats.document_frequency:
+    # The trigram scan is the expensive path (its index selects nearly every row
+    # for a long question), so it only runs when the lexical path came up short.
+    if len(found) < min_lexical:
         await conn.execute(SET_TRIGRAM_THRESHOLD, (str(TRIGRAM_THRESHOLD),))
         cur = await conn.execute(TRIGRAM_CANDIDATES, base)
         for row in await cur.fetchall():

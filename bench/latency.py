@@ -1,0 +1,398 @@
+"""Recall latency and retain throughput of popagent's long-term memory.
+
+Runs on a disposable embedded PostgreSQL cluster (or the server in
+``POPAGENT_DATABASE_URL``), in scratch databases that are dropped afterwards:
+
+1. recall in ONE resource of 1k, 10k, 100k episodes (plus 20 facts): 20 warm-up
+   queries, then 200 sequential recalls; p50/p95/max in ms, also split by path:
+   lexical only, or also the trigram query (run when a query word is unknown to
+   the resource, e.g. a misspelling); ``typo`` is the misspelled queries alone.
+2. isolation: scenario 1's 1k resource, loaded again into a database of 1M rows
+   (1,000 resources of 1,000 rows); its recall latency against scenario 1's.
+3. retain episodes/s: (a) one writer, one ``retain_episode`` per episode;
+   (b) eight such writers; (c) ``retain_episodes`` in batches of 1,000;
+   (d) batches, eight writers; each against (a).
+4. EXPLAIN (ANALYZE, BUFFERS) of the SQL recall runs, with the parameters it
+   builds, for one query and one misspelled query at 100k.
+
+Text is synthetic and deterministic: a 3,000-word vocabulary drawn Zipf-like
+(user 10-40 words, assistant 20-80, created over the last 80 days); queries are
+5-12-word questions. Each bulk load ends with VACUUM ANALYZE, as autovacuum
+soon would. Usage: python bench/latency.py [--quick] [--rows-1m N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from itertools import accumulate
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import popagent
+from popagent import EpisodeTurn, LongTermMemory
+from popagent.memory.ranking import idf
+from popagent.store import recall as recall_sql
+from popagent.store.embedded import EmbeddedServer
+
+SEED = 1729
+NOW = datetime.now(UTC)
+LIMIT = 8  # recall's default limit; its candidate pool is max(limit * 8, 120)
+WORDS = """the a to of and i you it is in that for on with we this my be was have are at so not but can do your just if or
+| say remember remind plan tell decide discuss note mention idea
+| time year people way day thing world life hand part place case week company system program
+question work number night point home water room mother area money story fact month lot right study
+book eye job word business issue side kind head house service friend father power hour game line
+end member law car city name team minute office door health person art war history party result
+change morning reason research girl guy moment air teacher force education foot boy age policy
+music market sense nation college interest death experience effect class control care field
+development role effort rate heart drug show leader light voice wife police mind price report
+decision son view relationship town road arm difference value building action model season society
+tax director position player record paper space ground form event official matter center couple
+site project activity star table need court oil situation cost industry figure street image phone
+data picture practice piece land product doctor wall patient worker news test movie north love
+support technology step baby computer type attention film tree source organization hair window
+evidence population truth song garden river stone kitchen budget travel ticket flight hotel dinner
+lunch recipe coffee email meeting deadline invoice contract server database backup wallet keyboard
+screen laptop printer camera bike train bus airport beach mountain lake forest winter summer spring
+autumn birthday wedding holiday vacation dentist gym workout yoga bread cheese apple orange tomato
+pasta salad soup chicken fish rice tea wine beer cake sugar salt blue green red yellow black white
+quiet loud early late happy tired busy ready simple quick slow cheap expensive fresh old young big
+small long short hot cold warm dark bright heavy clean broken
+| what did I say about, do you remember the, remind me of my, what was the plan for, tell me what
+we decided about, any notes on, did I mention"""
+STOP, ASKED, BASE, _prefixes = (part.split() for part in WORDS.split("|"))
+PREFIXES = " ".join(_prefixes).split(", ")
+
+
+def build_vocabulary(size: int = 3_000) -> list[str]:
+    """Stop words (most frequent), then real words, then compounds (the long tail)."""
+    rng = random.Random(SEED)
+    common = list(dict.fromkeys(w for w in ASKED + BASE if w not in STOP))
+    seen, tail = set(STOP) | set(common), list[str]()
+    while len(STOP) + len(common) + len(tail) < size:
+        word = rng.choice(BASE) + rng.choice(BASE)
+        if word not in seen:
+            seen.add(word)
+            tail.append(word)
+    rng.shuffle(common)
+    return STOP + common + tail
+
+
+VOCAB = build_vocabulary()
+CUM = list(accumulate(1.0 / (rank + 1) ** 1.05 for rank in range(len(VOCAB))))
+CONTENT = VOCAB[len(STOP) :]  # query words: flatter, so rarer words are asked about too
+CONTENT_CUM = list(accumulate(1.0 / (rank + 1) ** 0.8 for rank in range(len(CONTENT))))
+
+
+def text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choices(VOCAB, cum_weights=CUM, k=n)).capitalize() + "."
+
+
+def turns(seed: str, count: int) -> list[EpisodeTurn]:
+    rng, out = random.Random(seed), []
+    for i in range(count):
+        created = NOW - timedelta(seconds=rng.uniform(0, 80 * 86_400))
+        user, assistant = text(rng, rng.randint(10, 40)), text(rng, rng.randint(20, 80))
+        out.append(EpisodeTurn(f"session-{i // 25}", user, assistant, created))
+    return out
+
+
+def misspell(rng: random.Random, word: str) -> str:
+    """Swap two neighbouring letters, or drop one; never a vocabulary word."""
+    i = rng.randrange(1, len(word) - 2)
+    typo = word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+    return typo if typo not in VOCAB else word[:i] + word[i + 1 :]
+
+
+def queries(seed: str, count: int, misspelled: int) -> list[tuple[str, bool]]:
+    """``count`` 5-12-word questions; ``misspelled`` of them carry one misspelled word."""
+    rng = random.Random(seed)
+    typo_at = set(rng.sample(range(count), misspelled))
+    out = []
+    for k in range(count):
+        prefix = rng.choice(PREFIXES).split()
+        n = rng.randint(max(5, len(prefix) + 1), 12) - len(prefix)
+        words = rng.choices(CONTENT, cum_weights=CONTENT_CUM, k=n)
+        if k in typo_at:
+            i = next((i for i, w in enumerate(words) if len(w) >= 5), 0)
+            words[i] = misspell(rng, words[i] if len(words[i]) >= 5 else "breakfast")
+        out.append((" ".join(prefix + words) + "?", k in typo_at))
+    return out
+
+
+def pct(values: Sequence[float], p: int) -> float:
+    if len(values) < 2:
+        return values[0] if values else math.nan
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+async def takes_trigram(memory: LongTermMemory, rid: str, query: str) -> bool:
+    """Whether recall also runs its trigram query: a lexeme unknown here, or few hits."""
+    async with memory.pool.connection() as conn, conn.transaction():
+        df = (await recall_sql.corpus_stats(conn, rid, query)).document_frequency
+    return not df or 0 in df.values() or sum(df.values()) < LIMIT
+
+
+async def measure(memory: LongTermMemory, rid: str, seed: str, budget_s: float) -> dict[str, Any]:
+    """20 warm-up recalls, then up to 200 timed sequential recalls (stops after budget_s)."""
+    asked = queries(seed, 220, 9)
+    for q, _ in asked[:20]:
+        await memory.recall(rid, q, limit=LIMIT)
+    times: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    for q, _ in asked[20:]:
+        start = time.perf_counter()
+        await memory.recall(rid, q, limit=LIMIT)
+        times.append((time.perf_counter() - start) * 1000)
+        if start > deadline:
+            break
+    timed = asked[20 : 20 + len(times)]
+    paths = [await takes_trigram(memory, rid, q) for q, _ in timed]
+    lexical = [t for t, tri in zip(times, paths, strict=True) if not tri]
+    trigram = [t for t, tri in zip(times, paths, strict=True) if tri]
+    typos = [t for t, (_, typo) in zip(times, timed, strict=True) if typo]
+    out = {"n": len(times), "p50": pct(times, 50), "p95": pct(times, 95), "max": max(times)}
+    out |= {"lexical_p50": pct(lexical, 50), "lexical_p95": pct(lexical, 95)}
+    out |= {"trigram_n": len(trigram), "trigram_p50": pct(trigram, 50)}
+    return out | {"typo_p50": pct(typos, 50)}
+
+
+async def load(
+    memory: LongTermMemory, name: str, jobs: list[tuple[str, int, str]], args: argparse.Namespace
+) -> dict[str, Any]:
+    """``(resource, count, seed)`` batches through ``retain_episodes`` on 4 tasks; no new
+    batch starts after ``--load-budget-s``. Then VACUUM ANALYZE."""
+    pending, start = iter(jobs), time.perf_counter()
+    done: dict[str, Any] = {"rows": 0, "new": 0, "report": 200_000}
+
+    async def worker() -> None:
+        for rid, count, seed in pending:
+            if time.perf_counter() - start > args.load_budget_s:
+                return
+            new = await memory.retain_episodes(rid, turns(seed, count))
+            done["new"] += new  # not `+= await`: that loses concurrent updates
+            done["rows"] += count
+            if done["rows"] >= done["report"]:
+                done["report"] += 200_000
+                print(f"  {name}: {done['rows']:,} rows in {time.perf_counter() - start:.0f} s")
+
+    await asyncio.gather(*(worker() for _ in range(4)))
+    seconds, vacuum_start = time.perf_counter() - start, time.perf_counter()
+    async with memory.pool.connection() as conn:
+        await conn.execute("VACUUM (ANALYZE) popagent_memories")
+    done |= {"seconds": seconds, "rows/s": done["rows"] / seconds}
+    done["vacuum_s"] = time.perf_counter() - vacuum_start
+    return {"load": name, **done, "complete": done["rows"] == sum(j[1] for j in jobs)}
+
+
+async def explain(memory: LongTermMemory, rid: str, query: str, trigram: bool) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the SQL ``recall`` runs for ``query``, same parameters."""
+    lines = [f"query: {query!r}"]
+    async with memory.pool.connection() as conn, conn.transaction():
+        stats = await recall_sql.corpus_stats(conn, rid, query)
+        idfs = {lex: idf(stats.documents, df) for lex, df in stats.document_frequency.items()}
+        chosen = recall_sql.choose_lexemes(stats.document_frequency)
+        lines.append(f"document frequencies: {stats.document_frequency}; chosen: {chosen}")
+        common = {"resource_id": rid, "query": query}
+        size = common | {"cap": recall_sql.COUNT_CAP, "sample": recall_sql.LENGTH_SAMPLE}
+        base = common | {"lexemes": sorted(stats.document_frequency), "pool": max(LIMIT * 8, 120)}
+        lexical = base | {"chosen": chosen, "idfs": [idfs[lex] for lex in chosen]}
+        lexical["tsquery"] = recall_sql.tsquery_literal(chosen)
+        plans: list[tuple[str, str, dict[str, Any]]] = [
+            ("LEXEME_FREQUENCIES", recall_sql.LEXEME_FREQUENCIES, size),
+            ("RESOURCE_SIZE", recall_sql.RESOURCE_SIZE, size),
+        ]
+        if chosen:
+            plans.append(("LEXICAL_CANDIDATES", recall_sql.LEXICAL_CANDIDATES, lexical))
+        if trigram:
+            threshold = str(recall_sql.TRIGRAM_THRESHOLD)
+            await conn.execute(recall_sql.SET_TRIGRAM_THRESHOLD, (threshold,))
+            plans.append(("TRIGRAM_CANDIDATES", recall_sql.TRIGRAM_CANDIDATES, base))
+        for title, statement, params in plans:
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+            lines += [f"-- {title}"] + [next(iter(r.values())) for r in await cur.fetchall()]
+    return lines
+
+
+async def retain_throughput(memory: LongTermMemory, quick: bool) -> list[dict[str, Any]]:
+    singles, per_writer, batches = (400, 100, 3) if quick else (2_000, 500, 10)
+
+    async def one_by_one(rid: str, items: list[EpisodeTurn]) -> None:
+        for t in items:
+            user, assistant = t.user_text, t.assistant_text
+            await memory.retain_episode(rid, t.session_id, user, assistant, created_at=t.created_at)
+
+    async def batched(rid: str, items: list[EpisodeTurn]) -> None:
+        for off in range(0, len(items), 1_000):
+            await memory.retain_episodes(rid, items[off : off + 1_000])
+
+    variants: list[tuple[str, Any, int, int]] = [
+        ("(a) single calls, 1 writer", one_by_one, 1, singles),
+        ("(b) single calls, 8 writers", one_by_one, 8, per_writer),
+        ("(c) batches of 1,000, 1 writer", batched, 1, batches * 1_000),
+        ("(d) batches of 1,000, 8 writers", batched, 8, max(1, batches // 5) * 1_000),
+    ]
+    rows: list[dict[str, Any]] = []
+    for v, (label, fn, writers, each) in enumerate(variants):
+        work = [(f"bench-writer-{v}-{w}", turns(f"s3:{v}:{w}", each)) for w in range(writers)]
+        start = time.perf_counter()
+        await asyncio.gather(*(fn(rid, items) for rid, items in work))
+        seconds = time.perf_counter() - start
+        rate = writers * each / seconds
+        vs_a = f"{rate / (rows[0]['episodes/s'] if rows else rate):.2f}x"
+        rows.append(
+            {"variant": label, "episodes": writers * each, "seconds": seconds}
+            | {"episodes/s": rate, "vs_a": vs_a}
+        )
+    return rows
+
+
+@asynccontextmanager
+async def database(admin: str, name: str) -> AsyncIterator[LongTermMemory]:
+    """A scratch database, migrated by ``popagent.connect``, dropped on exit."""
+    dbname = f"popagent_bench_{os.getpid()}_{name}"
+    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        async with popagent.connect(make_conninfo(admin, dbname=dbname), max_size=10) as memory:
+            yield memory
+    finally:
+        async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            await conn.execute(drop.format(sql.Identifier(dbname)))
+
+
+SINGLE_COLUMNS = "memories run n p50 p95 max lexical_p50 lexical_p95 trigram_n trigram_p50 typo_p50"
+SPREAD_COLUMNS = "database run n p50 p95 max lexical_p50 lexical_p95 trigram_n trigram_p50"
+LOAD_COLUMNS = "load rows new seconds rows/s vacuum_s complete"
+
+
+def table(title: str, columns: str, rows: list[dict[str, Any]]) -> None:
+    """A plain-text table of ``rows`` over the space-separated ``columns``."""
+    keys = columns.split()
+    fmt = {float: "{:,.1f}", int: "{:,}"}
+    cells = [[fmt.get(type(r[k]), "{}").format(r[k]) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    print(f"\n{title}")
+    for line in [keys, ["-" * w for w in widths], *cells]:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + " |")
+
+
+async def add_facts(memory: LongTermMemory, rid: str) -> None:
+    for i in range(20):
+        fact = text(random.Random(f"fact:{i}"), 12)
+        await memory.remember(rid, fact, key=f"bench.fact{i}", importance=0.7)
+
+
+async def one_resource(args: argparse.Namespace, admin: str, out: dict[str, Any]) -> None:
+    """Scenarios 1, 4 and 3, on one database."""
+    async with database(admin, "single") as memory:
+        rid, have = "bench-single", 0
+        await add_facts(memory, rid)
+        for size in out["sizes"]:
+            jobs = [(rid, min(2_000, size - o), f"s1:{o}") for o in range(have, size, 2_000)]
+            out["loads"].append(await load(memory, f"one resource to {size:,}", jobs, args))
+            have = size
+            for run_no in (1, 2):
+                m = await measure(memory, rid, f"q:{size}", args.recall_budget_s)
+                out["single"].append({"memories": size, "run": run_no, **m})
+        table("Scenario 1: recall in one resource (ms)", SINGLE_COLUMNS, out["single"])
+        asked = queries(f"q:{have}", 220, 9)
+        out["explain"] = await explain(memory, rid, next(q for q, t in asked if not t), False)
+        out["explain"] += await explain(memory, rid, next(q for q, t in asked if t), True)
+        print(f"\nScenario 4: EXPLAIN (ANALYZE, BUFFERS) at {have:,} memories")
+        print("\n".join(out["explain"]))
+        out["retain"] = await retain_throughput(memory, args.quick)
+    title = "Scenario 3: retain throughput (the table already holds the scenario 1 rows)"
+    table(title, "variant episodes seconds episodes/s vs_a", out["retain"])
+
+
+async def many_resources(args: argparse.Namespace, admin: str, out: dict[str, Any]) -> None:
+    """Scenario 2: the 1k resource of scenario 1, again, among many others."""
+    resources = max(1, (min(args.rows_1m, 100_000) if args.quick else args.rows_1m) // 1_000)
+    async with database(admin, "spread") as memory:
+        jobs = [(f"bench-r{i:05d}", 1_000, f"s2:{i}") for i in range(resources)]
+        jobs[resources // 2] = ("bench-target", 1_000, "s1:0")  # scenario 1's episodes
+        await add_facts(memory, "bench-target")
+        name = f"{resources * 1_000:,} over {resources:,} resources"
+        out["loads"].append(await load(memory, name, jobs, args))
+        spread = [await measure(memory, "bench-target", "q:1000", args.recall_budget_s)]
+        spread.append(await measure(memory, "bench-target", "q:1000", args.recall_budget_s))
+    alone = [r for r in out["single"] if r["memories"] == 1_000]
+    keys = ("p50", "p95", "lexical_p50", "lexical_p95")
+    ratio = {k: min(r[k] for r in spread) / min(r[k] for r in alone) for k in keys}
+    out["spread"] = {"runs": spread, "ratio_best_runs": ratio}
+    rows = [{"database": "1k alone (scenario 1)", **r} for r in alone]
+    among = f"1k among {resources:,}"
+    rows += [{"database": among, "run": i + 1, **r} for i, r in enumerate(spread)]
+    rows.append({"database": "ratio (best runs)", "run": ""} | {k: "" for k in spread[0]})
+    rows[-1] |= {k: f"{v:.2f}x" for k, v in ratio.items()}
+    table("Scenario 2: the same 1,000-row resource, alone vs among many (ms)", SPREAD_COLUMNS, rows)
+    table("Loads (retain_episodes, 4 tasks; then VACUUM ANALYZE)", LOAD_COLUMNS, out["loads"])
+
+
+def aims(out: dict[str, Any]) -> None:
+    print("\nAims (best of the two runs):")
+
+    def verdict(label: str, value: float, met: bool) -> None:
+        print(f"  {'met ' if met else 'MISS'} {label}: {value:,.2f}")
+
+    for size, limit in ((10_000, 15.0), (100_000, 50.0)):
+        if p95 := [r["p95"] for r in out["single"] if r["memories"] == size]:
+            verdict(f"recall p95 at {size:,} <= {limit:.0f} ms", min(p95), min(p95) <= limit)
+    ratio = out["spread"]["ratio_best_runs"]["p95"]
+    verdict("recall p95 among many resources / alone <= 1.5", ratio, ratio <= 1.5)
+    rate = max(r["episodes/s"] for r in out["retain"][2:])
+    verdict("batched retain >= 1,000 episodes/s", rate, rate >= 1_000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a fast check")
+    parser.add_argument("--rows-1m", type=int, default=1_000_000, help="rows in scenario 2")
+    parser.add_argument("--load-budget-s", type=float, default=600.0, help="cap per bulk load")
+    parser.add_argument("--recall-budget-s", type=float, default=120.0, help="cap per 200 recalls")
+    parser.add_argument("--json", metavar="PATH", help="write all numbers here")
+    args = parser.parse_args()
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)  # progress shows when redirected
+    started, admin = time.perf_counter(), os.environ.get("POPAGENT_DATABASE_URL")
+    server, tmp = None, tempfile.mkdtemp(prefix="popagent-bench-")
+    try:
+        if not admin:
+            server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
+            admin = server.url
+        sizes = [1_000, 10_000, 20_000] if args.quick else [1_000, 10_000, 100_000]
+        out: dict[str, Any] = {"sizes": sizes, "loads": [], "single": []}
+        asyncio.run(one_resource(args, admin, out))
+        asyncio.run(many_resources(args, admin, out))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    aims(out)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
