@@ -123,3 +123,16 @@ def test_choose_lexemes_rarest_first_within_budget() -> None:
 
 def test_tsquery_literal_quotes_lexemes() -> None:
     assert tsquery_literal(["it's", "a\\b"]) == "'it''s' | 'a\\\\b'"
+
+
+def test_trigram_shortlist_skips_candidates_that_cannot_reach_the_results() -> None:
+    from popagent.memory.ranking import trigram_shortlist
+
+    strong = [Candidate(make_memory(i), {"rare": 1, "common": 1}, 10, None) for i in range(1, 4)]
+    weak = Candidate(make_memory(9), {"common": 1}, 40, None)  # far below, even at trigram 1
+    known = Candidate(make_memory(10), {"rare": 1}, 10, 0.8)
+    ids = trigram_shortlist([*strong, weak, known], STATS, now=NOW, limit=2)
+    assert set(ids) == {1, 2, 3}
+    # When everything fits in the limit, every pending candidate is computed.
+    assert set(trigram_shortlist([*strong, weak], STATS, now=NOW, limit=8)) == {1, 2, 3, 9}
+    assert trigram_shortlist([known], STATS, now=NOW, limit=8) == []

@@ -147,12 +147,16 @@ class CorpusStats:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A memory the indexes proposed, with its per-lexeme term frequencies and length."""
+    """A memory the indexes proposed, with its per-lexeme term frequencies and length.
+
+    ``trigram`` is ``None`` until computed: similarity is costly per row, so it is
+    only computed for candidates it could still move into the results.
+    """
 
     memory: Memory
     term_frequency: dict[str, int]
     length: int
-    trigram: float
+    trigram: float | None
 
 
 @dataclass(frozen=True, slots=True)

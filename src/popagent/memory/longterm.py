@@ -21,7 +21,7 @@ from ..models import EpisodeTurn, Kind, MaintenanceReport, Memory, RecallResult,
 from ..store import memories as store
 from ..store import recall as recall_sql
 from ..store.database import Pool
-from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank
+from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank, trigram_shortlist
 from .render import DEFAULT_BUDGET, render
 from .validation import (
     check_id,
@@ -225,6 +225,14 @@ class LongTermMemory:
                     pool=pool_size,
                     min_lexical=limit,
                 )
+                shortlist = trigram_shortlist(
+                    candidates, stats, now=now, limit=limit, weights=self.weights
+                )
+                found = await recall_sql.similarities(conn, resource_id, query, shortlist)
+            candidates = [
+                replace(c, trigram=found.get(c.memory.id, 0.0)) if c.trigram is None else c
+                for c in candidates
+            ]
             results = rank(candidates, stats, now=now, limit=limit, weights=self.weights)
             if not results:
                 return []

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
 from ..models import Candidate, CorpusStats, RecallResult, ScoreComponent
@@ -41,6 +41,7 @@ __all__ = [
     "idf",
     "rank",
     "recency_score",
+    "trigram_shortlist",
 ]
 
 
@@ -132,7 +133,7 @@ def rank(
     for cand in candidates:
         memory = cand.memory
         text = bm25_text_score(cand, stats, weights)
-        trigram = max(0.0, min(1.0, cand.trigram))
+        trigram = max(0.0, min(1.0, cand.trigram or 0.0))
         if text <= 0.0 and trigram < weights.min_trigram:
             continue
         components = (
@@ -151,3 +152,28 @@ def rank(
         scored.append((score, memory.kind == "fact", memory.updated_at, memory.id, result))
     scored.sort(key=lambda s: (s[0], s[1], s[2], s[3]), reverse=True)
     return [s[4] for s in scored[:limit]]
+
+
+def trigram_shortlist(
+    candidates: Sequence[Candidate],
+    stats: CorpusStats,
+    *,
+    now: datetime,
+    limit: int,
+    weights: RankingWeights = DEFAULT_WEIGHTS,
+) -> list[int]:
+    """Ids of the candidates without a trigram value whose similarity could change the top ``limit``.
+
+    Ranked as if their similarity were 0, a candidate more than the trigram
+    weight below the ``limit``-th score cannot reach the results even at
+    similarity 1, so its similarity need not be computed.
+    """
+    pending = {c.memory.id for c in candidates if c.trigram is None}
+    if not pending:
+        return []
+    open_gate = replace(weights, min_trigram=0.0)
+    prelim = rank(candidates, stats, now=now, limit=len(candidates), weights=open_gate)
+    if len(prelim) <= limit:
+        return [r.memory.id for r in prelim if r.memory.id in pending]
+    floor = prelim[limit - 1].score - weights.trigram
+    return [r.memory.id for r in prelim if r.memory.id in pending and r.score >= floor]

@@ -35,6 +35,7 @@ __all__ = [
     "candidates",
     "choose_lexemes",
     "corpus_stats",
+    "similarities",
     "tsquery_literal",
 ]
 
@@ -75,8 +76,7 @@ _CANDIDATE_COLUMNS = f"""
     ARRAY(SELECT coalesce(cardinality(u.positions), 0)
           FROM unnest(%(lexemes)s::text[]) WITH ORDINALITY AS t(lexeme, ord)
           LEFT JOIN unnest(m.search_vector) AS u ON u.lexeme = t.lexeme
-          ORDER BY t.ord) AS tf,
-    word_similarity(%(query)s, m.content) AS trigram
+          ORDER BY t.ord) AS tf
 """
 
 LEXICAL_CANDIDATES = f"""
@@ -91,17 +91,23 @@ WITH terms AS (
     ORDER BY covered DESC, m.id DESC
     LIMIT %(pool)s
 )
-SELECT {_CANDIDATE_COLUMNS}
+SELECT {_CANDIDATE_COLUMNS}, NULL::float8 AS trigram
 FROM hits JOIN popagent_memories m ON m.id = hits.id
 WHERE m.resource_id = %(resource_id)s
 """
 
 TRIGRAM_CANDIDATES = f"""
-SELECT {_CANDIDATE_COLUMNS}
+SELECT {_CANDIDATE_COLUMNS}, word_similarity(%(query)s, m.content) AS trigram
 FROM popagent_memories m
 WHERE m.resource_id = %(resource_id)s AND %(query)s <%% m.content
 ORDER BY word_similarity(%(query)s, m.content) DESC, m.id DESC
 LIMIT %(pool)s
+"""
+
+SIMILARITIES = """
+SELECT id, word_similarity(%(query)s, content) AS trigram
+FROM popagent_memories
+WHERE resource_id = %(resource_id)s AND id = ANY(%(ids)s)
 """
 
 SET_TRIGRAM_THRESHOLD = "SELECT set_config('pg_trgm.word_similarity_threshold', %s, true)"
@@ -149,7 +155,7 @@ def _to_candidate(row: dict[str, Any], lexemes: list[str]) -> Candidate:
         memory=row_to_memory(row),
         term_frequency={lex: tf for lex, tf in zip(lexemes, row["tf"], strict=True) if tf},
         length=int(row["length"]),
-        trigram=float(row["trigram"]),
+        trigram=None if row["trigram"] is None else float(row["trigram"]),
     )
 
 
@@ -191,3 +197,13 @@ async def candidates(
         for row in await cur.fetchall():
             found.setdefault(row["id"], _to_candidate(row, lexemes))
     return list(found.values())
+
+
+async def similarities(
+    conn: Conn, resource_id: str, query: str, ids: list[int]
+) -> dict[int, float]:
+    """``word_similarity(query, content)`` of the given memories."""
+    if not ids:
+        return {}
+    cur = await conn.execute(SIMILARITIES, {"resource_id": resource_id, "query": query, "ids": ids})
+    return {r["id"]: float(r["trigram"]) for r in await cur.fetchall()}
