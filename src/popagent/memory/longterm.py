@@ -236,7 +236,10 @@ class LongTermMemory:
             results = rank(candidates, stats, now=now, limit=limit, weights=self.weights)
             if not results:
                 return []
-            touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
+            async with conn.transaction():
+                touched = await store.touch_accessed(
+                    conn, resource_id, [r.memory.id for r in results]
+                )
         return [
             replace(
                 r,

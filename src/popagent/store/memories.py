@@ -366,10 +366,19 @@ RETURNING m.id, m.accessed_at, m.access_count
 """
 
 
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off"
+
+
 async def touch_accessed(
     conn: Conn, resource_id: str, ids: Sequence[int]
 ) -> dict[int, tuple[datetime, int]]:
-    """Record a recall of ``ids``; return each touched id's new access time and count."""
+    """Record a recall of ``ids``; return each touched id's new access time and count.
+
+    Run it in its own transaction: it turns off synchronous commit for that
+    transaction alone, so a recall never waits for a WAL flush. Access counts are
+    bookkeeping; a crash may lose the last few, never a memory.
+    """
+    await conn.execute(ASYNC_COMMIT)
     cur = await conn.execute(TOUCH_ACCESSED, {"resource_id": resource_id, "ids": list(ids)})
     return {r["id"]: (r["accessed_at"], r["access_count"]) for r in await cur.fetchall()}
 
