@@ -10,6 +10,7 @@ def test_all_is_exactly_the_public_api() -> None:
     public = {n for n in dir(popagent) if not n.startswith("_")}
     # Submodules are importable, not part of the API.
     modules = {
+        "checks",
         "cli",
         "connection",
         "errors",

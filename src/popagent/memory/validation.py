@@ -11,6 +11,7 @@ import math
 import re
 import unicodedata
 
+from ..checks import ID_CAP, check_id, check_limit, check_text
 from ..errors import SecretRefusedError, ValidationError
 from .credentials import find_credentials, redact_credentials
 
@@ -35,37 +36,11 @@ __all__ = [
 
 FACT_CONTENT_CAP = 2_000
 KEY_CAP = 128
-ID_CAP = 256
 USER_TEXT_CAP = 4_000
 ASSISTANT_TEXT_CAP = 8_000
 QUERY_CAP = 4_000
-RECALL_LIMIT_CAP = 1_000
 
 _WHITESPACE = re.compile(r"\s+")
-
-
-def check_text(field: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ValidationError(field, f"must be a string, not {type(value).__name__}")
-    if "\x00" in value:
-        raise ValidationError(field, "must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValidationError(
-            field, "is not valid Unicode (it holds an unpaired surrogate)"
-        ) from exc
-    return value
-
-
-def check_id(field: str, value: object) -> str:
-    """A resource or session ID: non-empty, at most 256 characters, kept exactly as given."""
-    text = check_text(field, value)
-    if not text.strip():
-        raise ValidationError(field, "must not be empty")
-    if len(text) > ID_CAP:
-        raise ValidationError(field, f"must be at most {ID_CAP} characters")
-    return text
 
 
 def normalize_fact_content(value: object, field: str = "content") -> str:
@@ -123,14 +98,6 @@ def check_query(value: object, field: str = "query") -> str:
     if len(text) > QUERY_CAP:
         raise ValidationError(field, f"must be at most {QUERY_CAP} characters")
     return text
-
-
-def check_limit(value: object, field: str = "limit", cap: int = RECALL_LIMIT_CAP) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(field, "must be an integer")
-    if not 1 <= value <= cap:
-        raise ValidationError(field, f"must be between 1 and {cap}")
-    return value
 
 
 def truncation_marker(dropped: int) -> str:

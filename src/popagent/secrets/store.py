@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..checks import check_id, check_text
 from ..errors import NotFoundError, ValidationError
-from ..memory.validation import check_id, check_text
 from ..store import secrets as sql
 from ..store.database import Pool
 from .cipher import Sealed, SecretCipher

@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, get_args
 
+from ..checks import check_id, check_limit, check_text
 from ..errors import NotFoundError, ValidationError
-from ..memory.validation import check_id, check_limit, check_text
 from ..models import Message, Role, Session
 from ..store import threads as sql
 from ..store.database import Pool
