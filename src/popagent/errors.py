@@ -7,7 +7,10 @@
     │   └── SecretRefusedError a fact that looks like a credential
     ├── NotFoundError          no such memory in this resource
     ├── ConflictError          a strict create met an existing key
-    └── DatabaseError          the server could not be reached or started
+    ├── DatabaseError          the server could not be reached or started
+    ├── ModelError             a model call failed (``popagent.llm.protocol``)
+    ├── SecretKeyError         no usable secret key (``popagent.secrets.cipher``)
+    └── SecretDecryptError     a secret did not decrypt (``popagent.secrets.cipher``)
 
 Every error is raised before anything is written, or after the transaction
 that would have written was rolled back: a failed call changes nothing.
