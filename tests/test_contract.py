@@ -20,7 +20,7 @@ from popagent import (
     ValidationError,
     render,
 )
-from popagent.store.memories import Conn
+from popagent.store.database import Conn
 
 
 async def test_cross_session_recall(memory: LongTermMemory, resource: str) -> None:

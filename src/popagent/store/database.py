@@ -20,11 +20,13 @@ from ..errors import DatabaseError
 from .embedded import EmbeddedServer
 from .migrate import apply_migrations
 
-__all__ = ["DATABASE_URL_ENV", "Pool", "open_pool", "resolve_url"]
+__all__ = ["DATABASE_URL_ENV", "Conn", "Pool", "open_pool", "resolve_url"]
 
 DATABASE_URL_ENV = "POPAGENT_DATABASE_URL"
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]
+#: A pooled connection: dict rows, autocommit (the service layer opens transactions).
+Conn = psycopg.AsyncConnection[dict[str, Any]]
+Pool = AsyncConnectionPool[Conn]
 
 
 def resolve_url(url: str | None) -> str | None:

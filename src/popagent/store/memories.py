@@ -17,6 +17,7 @@ import psycopg
 
 from ..errors import ConflictError
 from ..models import Kind, Memory
+from .database import Conn
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -38,8 +39,6 @@ __all__ = [
     "upsert_fact_by_hash",
     "upsert_fact_by_key",
 ]
-
-Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 MEMORY_COLUMNS = (
     "id, resource_id, session_id, kind, key, content, content_sha256, importance, "

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
 from ..models import Candidate, CorpusStats
+from .database import Conn
 from .memories import MEMORY_COLUMNS, row_to_memory
 
 __all__ = [
@@ -38,8 +37,6 @@ __all__ = [
     "similarities",
     "tsquery_literal",
 ]
-
-Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 COUNT_CAP = 5_000
 CANDIDATE_BUDGET = 1_000

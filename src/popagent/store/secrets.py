@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .memories import Conn
+from .database import Conn
 
 __all__ = [
     "INFO_COLUMNS",

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..models import Message, Session
-from .memories import Conn
+from .database import Conn
 
 __all__ = [
     "append_message",
