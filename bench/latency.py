@@ -5,15 +5,16 @@ Runs on a disposable embedded PostgreSQL cluster (or the server in
 
 1. recall in ONE resource of 1k, 10k, 100k episodes (plus 20 facts): 20 warm-up
    queries, then 200 sequential recalls; p50/p95/max in ms, also split by path:
-   lexical only, or also the trigram query (run when a query word is unknown to
-   the resource, e.g. a misspelling); ``typo`` is the misspelled queries alone.
+   ``known`` (every query word is in the resource) or ``fuzzy`` (some word is
+   unknown to it, e.g. a misspelling, so its look-alikes are searched for in the
+   resource's vocabulary); ``typo`` is the misspelled queries alone.
 2. isolation: scenario 1's 1k resource, loaded again into a database of 1M rows
    (1,000 resources of 1,000 rows); its recall latency against scenario 1's.
 3. retain episodes/s: (a) one writer, one ``retain_episode`` per episode;
    (b) eight such writers; (c) ``retain_episodes`` in batches of 1,000;
    (d) batches, eight writers; each against (a).
-4. EXPLAIN (ANALYZE, BUFFERS) of the SQL recall runs, with the parameters it
-   builds, for one query and one misspelled query at 100k.
+4. EXPLAIN (ANALYZE, BUFFERS) of the two SQL statements recall runs, with the
+   parameters it builds, for one query and one misspelled query at 100k.
 
 Text is synthetic and deterministic: a 3,000-word vocabulary drawn Zipf-like
 (user 10-40 words, assistant 20-80, created over the last 80 days); queries are
@@ -47,13 +48,13 @@ from psycopg.conninfo import make_conninfo
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
-from popagent.memory.ranking import idf
+from popagent.memory.longterm import candidate_idfs, recall_pool
 from popagent.store import recall as recall_sql
 from popagent.store.embedded import EmbeddedServer
 
 SEED = 1729
 NOW = datetime.now(UTC)
-LIMIT = 8  # recall's default limit; its candidate pool is max(limit * 8, 120)
+LIMIT = 8  # recall's default limit
 WORDS = """the a to of and i you it is in that for on with we this my be was have are at so not but can do your just if or
 | say remember remind plan tell decide discuss note mention idea
 | time year people way day thing world life hand part place case week company system program
@@ -143,11 +144,11 @@ def pct(values: Sequence[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
-async def takes_trigram(memory: LongTermMemory, rid: str, query: str) -> bool:
-    """Whether recall also runs its trigram query: a lexeme unknown here, or few hits."""
-    async with memory.pool.connection() as conn, conn.transaction():
+async def takes_fuzzy(memory: LongTermMemory, rid: str, query: str) -> bool:
+    """Whether recall searches the vocabulary for look-alikes: a query lexeme unknown here."""
+    async with memory.pool.connection() as conn:
         df = (await recall_sql.corpus_stats(conn, rid, query)).document_frequency
-    return not df or 0 in df.values() or sum(df.values()) < LIMIT
+    return 0 in df.values()
 
 
 async def measure(memory: LongTermMemory, rid: str, seed: str, budget_s: float) -> dict[str, Any]:
@@ -164,13 +165,13 @@ async def measure(memory: LongTermMemory, rid: str, seed: str, budget_s: float) 
         if start > deadline:
             break
     timed = asked[20 : 20 + len(times)]
-    paths = [await takes_trigram(memory, rid, q) for q, _ in timed]
-    lexical = [t for t, tri in zip(times, paths, strict=True) if not tri]
-    trigram = [t for t, tri in zip(times, paths, strict=True) if tri]
+    paths = [await takes_fuzzy(memory, rid, q) for q, _ in timed]
+    known = [t for t, fuzzy in zip(times, paths, strict=True) if not fuzzy]
+    fuzzy = [t for t, fuzzy in zip(times, paths, strict=True) if fuzzy]
     typos = [t for t, (_, typo) in zip(times, timed, strict=True) if typo]
     out = {"n": len(times), "p50": pct(times, 50), "p95": pct(times, 95), "max": max(times)}
-    out |= {"lexical_p50": pct(lexical, 50), "lexical_p95": pct(lexical, 95)}
-    out |= {"trigram_n": len(trigram), "trigram_p50": pct(trigram, 50)}
+    out |= {"known_p50": pct(known, 50), "known_p95": pct(known, 95)}
+    out |= {"fuzzy_n": len(fuzzy), "fuzzy_p50": pct(fuzzy, 50)}
     return out | {"typo_p50": pct(typos, 50)}
 
 
@@ -196,37 +197,28 @@ async def load(
     await asyncio.gather(*(worker() for _ in range(4)))
     seconds, vacuum_start = time.perf_counter() - start, time.perf_counter()
     async with memory.pool.connection() as conn:
-        await conn.execute("VACUUM (ANALYZE) popagent_memories")
+        await conn.execute(
+            "VACUUM (ANALYZE) popagent_memories, popagent_lexeme_stats, popagent_resource_stats"
+        )
     done |= {"seconds": seconds, "rows/s": done["rows"] / seconds}
     done["vacuum_s"] = time.perf_counter() - vacuum_start
     return {"load": name, **done, "complete": done["rows"] == sum(j[1] for j in jobs)}
 
 
-async def explain(memory: LongTermMemory, rid: str, query: str, trigram: bool) -> list[str]:
+async def explain(memory: LongTermMemory, rid: str, query: str) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the SQL ``recall`` runs for ``query``, same parameters."""
     lines = [f"query: {query!r}"]
-    async with memory.pool.connection() as conn, conn.transaction():
+    async with memory.pool.connection() as conn:
         stats = await recall_sql.corpus_stats(conn, rid, query)
-        idfs = {lex: idf(stats.documents, df) for lex, df in stats.document_frequency.items()}
-        chosen = recall_sql.choose_lexemes(stats.document_frequency)
-        lines.append(f"document frequencies: {stats.document_frequency}; chosen: {chosen}")
-        common = {"resource_id": rid, "query": query}
-        size = common | {"cap": recall_sql.COUNT_CAP, "sample": recall_sql.LENGTH_SAMPLE}
-        base = common | {"lexemes": sorted(stats.document_frequency), "pool": max(LIMIT * 8, 120)}
-        lexical = base | {"chosen": chosen, "idfs": [idfs[lex] for lex in chosen]}
-        lexical["tsquery"] = recall_sql.tsquery_literal(chosen)
-        plans: list[tuple[str, str, dict[str, Any]]] = [
-            ("LEXEME_FREQUENCIES", recall_sql.LEXEME_FREQUENCIES, size),
-            ("RESOURCE_SIZE", recall_sql.RESOURCE_SIZE, size),
-        ]
-        if chosen:
-            plans.append(("LEXICAL_CANDIDATES", recall_sql.LEXICAL_CANDIDATES, lexical))
-        if trigram:
-            threshold = str(recall_sql.TRIGRAM_THRESHOLD)
-            await conn.execute(recall_sql.SET_TRIGRAM_THRESHOLD, (threshold,))
-            plans.append(("TRIGRAM_CANDIDATES", recall_sql.TRIGRAM_CANDIDATES, base))
-        for title, statement, params in plans:
-            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+        pool = recall_pool(LIMIT)
+        found = await recall_sql.candidates(conn, rid, stats, idfs=candidate_idfs(stats), pool=pool)
+        lines.append(f"document frequencies: {stats.document_frequency}")
+        lines.append(f"neighbours: {stats.neighbours}; candidates: {len(found)}")
+        plans = [("CORPUS_STATS", recall_sql.CORPUS_STATS, {"resource_id": rid, "query": query})]
+        if params := recall_sql.candidate_parameters(rid, stats, candidate_idfs(stats), pool):
+            plans.append(("LEXICAL_CANDIDATES", recall_sql.LEXICAL_CANDIDATES, params))
+        for title, statement, values in plans:
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, values)
             lines += [f"-- {title}"] + [next(iter(r.values())) for r in await cur.fetchall()]
     return lines
 
@@ -279,8 +271,8 @@ async def database(admin: str, name: str) -> AsyncIterator[LongTermMemory]:
             await conn.execute(drop.format(sql.Identifier(dbname)))
 
 
-SINGLE_COLUMNS = "memories run n p50 p95 max lexical_p50 lexical_p95 trigram_n trigram_p50 typo_p50"
-SPREAD_COLUMNS = "database run n p50 p95 max lexical_p50 lexical_p95 trigram_n trigram_p50"
+SINGLE_COLUMNS = "memories run n p50 p95 max known_p50 known_p95 fuzzy_n fuzzy_p50 typo_p50"
+SPREAD_COLUMNS = "database run n p50 p95 max known_p50 known_p95 fuzzy_n fuzzy_p50"
 LOAD_COLUMNS = "load rows new seconds rows/s vacuum_s complete"
 
 
@@ -315,8 +307,8 @@ async def one_resource(args: argparse.Namespace, admin: str, out: dict[str, Any]
                 out["single"].append({"memories": size, "run": run_no, **m})
         table("Scenario 1: recall in one resource (ms)", SINGLE_COLUMNS, out["single"])
         asked = queries(f"q:{have}", 220, 9)
-        out["explain"] = await explain(memory, rid, next(q for q, t in asked if not t), False)
-        out["explain"] += await explain(memory, rid, next(q for q, t in asked if t), True)
+        out["explain"] = await explain(memory, rid, next(q for q, t in asked if not t))
+        out["explain"] += await explain(memory, rid, next(q for q, t in asked if t))
         print(f"\nScenario 4: EXPLAIN (ANALYZE, BUFFERS) at {have:,} memories")
         print("\n".join(out["explain"]))
         out["retain"] = await retain_throughput(memory, args.quick)
@@ -336,7 +328,7 @@ async def many_resources(args: argparse.Namespace, admin: str, out: dict[str, An
         spread = [await measure(memory, "bench-target", "q:1000", args.recall_budget_s)]
         spread.append(await measure(memory, "bench-target", "q:1000", args.recall_budget_s))
     alone = [r for r in out["single"] if r["memories"] == 1_000]
-    keys = ("p50", "p95", "lexical_p50", "lexical_p95")
+    keys = ("p50", "p95", "known_p50", "known_p95")
     ratio = {k: min(r[k] for r in spread) / min(r[k] for r in alone) for k in keys}
     out["spread"] = {"runs": spread, "ratio_best_runs": ratio}
     rows = [{"database": "1k alone (scenario 1)", **r} for r in alone]

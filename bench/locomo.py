@@ -175,7 +175,11 @@ async def ingest(memory: LongTermMemory, conversations: list[Conversation]) -> f
         if sorted(stored) != sorted(conv.covers):
             raise RuntimeError(f"{conv.resource}: stored episodes differ from those retained")
     async with memory.pool.connection() as conn:
-        await conn.execute("ANALYZE popagent_memories")
+        # As autovacuum soon would after a bulk load: the memories and the
+        # recall statistics their triggers filled.
+        await conn.execute(
+            "ANALYZE popagent_memories, popagent_lexeme_stats, popagent_resource_stats"
+        )
     return seconds
 
 

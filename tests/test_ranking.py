@@ -14,8 +14,9 @@ from popagent.memory.ranking import (
     idf,
     rank,
     recency_score,
+    trigram_score,
 )
-from popagent.models import Candidate, CorpusStats
+from popagent.models import Candidate, CorpusStats, Neighbour
 from popagent.store.recall import choose_lexemes, tsquery_literal
 
 from .factories import NOW, make_memory
@@ -23,16 +24,20 @@ from .factories import NOW, make_memory
 STATS = CorpusStats(
     documents=100, average_length=10.0, document_frequency={"rare": 2, "common": 90}
 )
+# "brekfast" is unknown to the resource; "breakfast" (5 memories) looks like it.
+TYPO_STATS = CorpusStats(
+    documents=50,
+    average_length=10.0,
+    document_frequency={"brekfast": 0, "pancak": 2},
+    neighbours={"brekfast": (Neighbour("breakfast", 0.6, 5), Neighbour("bread", 0.3, 9))},
+)
 
 
-def cand(
-    id: int, tf: dict[str, int], *, kind: str = "episode", trigram: float = 0.0, **kw: object
-) -> Candidate:
+def cand(id: int, tf: dict[str, int], *, kind: str = "episode", **kw: object) -> Candidate:
     return Candidate(
         memory=make_memory(id, kind=kind, **kw),  # type: ignore[arg-type]
         term_frequency=tf,
         length=10,
-        trigram=trigram,
     )
 
 
@@ -73,10 +78,11 @@ def test_facts_outrank_equally_relevant_episodes() -> None:
 
 
 def test_irrelevant_memories_are_never_returned() -> None:
-    important = cand(1, {}, kind="fact", importance=1.0, trigram=0.1)
+    important = cand(1, {"unrelated": 3}, kind="fact", importance=1.0)
     assert rank([important], STATS, now=NOW, limit=8) == []
-    typo = cand(2, {}, trigram=0.5)
-    assert [r.memory.id for r in rank([typo], STATS, now=NOW, limit=8)] == [2]
+    # A memory holding only a neighbour of a misspelled query word is evidence.
+    typo = cand(2, {"breakfast": 1})
+    assert [r.memory.id for r in rank([typo], TYPO_STATS, now=NOW, limit=8)] == [2]
 
 
 def test_recency_and_importance_break_lexical_ties() -> None:
@@ -125,14 +131,25 @@ def test_tsquery_literal_quotes_lexemes() -> None:
     assert tsquery_literal(["it's", "a\\b"]) == "'it''s' | 'a\\\\b'"
 
 
-def test_trigram_shortlist_skips_candidates_that_cannot_reach_the_results() -> None:
-    from popagent.memory.ranking import trigram_shortlist
+def test_trigram_is_fuzzy_idf_weighted_coverage() -> None:
+    exact = cand(1, {"brekfast": 1, "pancak": 1})
+    fuzzy = cand(2, {"breakfast": 1, "pancak": 1})
+    partial = cand(3, {"pancak": 1})
+    scores = {c.memory.id: trigram_score(c, TYPO_STATS) for c in (exact, fuzzy, partial)}
+    assert scores[1] == pytest.approx(1.0)
+    assert scores[1] > scores[2] > scores[3] > 0
+    # The misspelled lexeme weighs as its neighbour; the neighbour counts at its similarity.
+    weights = {"brekfast": idf(50, 5), "pancak": idf(50, 2)}
+    expected = (weights["brekfast"] * 0.6 + weights["pancak"]) / sum(weights.values())
+    assert scores[2] == pytest.approx(expected)
+    assert trigram_score(cand(4, {}), TYPO_STATS) == 0.0
+    assert trigram_score(cand(5, {"x": 1}), CorpusStats(0, 0.0, {})) == 0.0
 
-    strong = [Candidate(make_memory(i), {"rare": 1, "common": 1}, 10, None) for i in range(1, 4)]
-    weak = Candidate(make_memory(9), {"common": 1}, 40, None)  # far below, even at trigram 1
-    known = Candidate(make_memory(10), {"rare": 1}, 10, 0.8)
-    ids = trigram_shortlist([*strong, weak, known], STATS, now=NOW, limit=2)
-    assert set(ids) == {1, 2, 3}
-    # When everything fits in the limit, every pending candidate is computed.
-    assert set(trigram_shortlist([*strong, weak], STATS, now=NOW, limit=8)) == {1, 2, 3, 9}
-    assert trigram_shortlist([known], STATS, now=NOW, limit=8) == []
+
+def test_trigram_orders_a_misspelled_query() -> None:
+    near = cand(1, {"breakfast": 2})
+    far = cand(2, {"breakfast": 1, "bread": 1})
+    results = rank([far, near], TYPO_STATS, now=NOW, limit=8)
+    assert {r.memory.id for r in results} == {1, 2}
+    trigram = {r.memory.id: r.components[1].value for r in results}
+    assert trigram[1] == trigram[2] > 0

@@ -6,11 +6,13 @@ SQL columns, the dataclass fields, the JSON keys and the CLI flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
+    "AuditHookName",
+    "AuditRecord",
     "Candidate",
     "CorpusStats",
     "EpisodeTurn",
@@ -18,6 +20,8 @@ __all__ = [
     "MaintenanceReport",
     "Memory",
     "Message",
+    "Neighbour",
+    "Outcome",
     "RecallResult",
     "RememberResult",
     "Role",
@@ -28,6 +32,11 @@ __all__ = [
 Kind = Literal["fact", "episode"]
 Role = Literal["system", "user", "assistant", "tool"]
 RememberAction = Literal["created", "updated", "unchanged"]
+#: How a model or tool call ended: ``refused`` is a tool declining its input.
+Outcome = Literal["ok", "error", "refused"]
+AuditHookName = Literal[
+    "before_model_call", "after_model_call", "before_tool_call", "after_tool_call"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,26 +146,41 @@ class MaintenanceReport:
 
 @dataclass(frozen=True, slots=True)
 class CorpusStats:
-    """What BM25 needs to know of the resource: document count, average length, and each
-    query lexeme's document frequency (counts may be capped for speed; IDF stays ordered)."""
+    """What ranking needs to know of the resource for one query.
+
+    ``document_frequency`` maps each distinct query lexeme (English stems, stop
+    words removed) to how many of the resource's memories hold it (0: none).
+    ``neighbours`` maps a query lexeme to the resource's lexemes that look like
+    it (trigram similarity at least 0.3, best first, at most a few), each with
+    its similarity and document frequency: the misspelled or partial words'
+    likely meanings.
+    """
 
     documents: int
     average_length: float
     document_frequency: dict[str, int]
+    neighbours: dict[str, tuple[Neighbour, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A lexeme of the resource that looks like a query lexeme."""
+
+    lexeme: str
+    similarity: float
+    documents: int
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A memory the indexes proposed, with its per-lexeme term frequencies and length.
+    """A memory the indexes proposed, with its term frequencies and length.
 
-    ``trigram`` is ``None`` until computed: similarity is costly per row, so it is
-    only computed for candidates it could still move into the results.
+    ``term_frequency`` covers the query's lexemes and their neighbours.
     """
 
     memory: Memory
     term_frequency: dict[str, int]
     length: int
-    trigram: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,4 +231,53 @@ class Message:
             "content": self.content,
             "parts": list(self.parts),
             "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One row of ``popagent_audit``: a hook firing around a model or tool call.
+
+    It holds names, ids, counts, sizes, timing and the outcome, never content:
+    no message text, memory, argument value, error message or secret. A call's
+    ``before_*`` and ``after_*`` rows share ``call_id``; only ``after_*`` rows
+    have ``duration_ms``, ``outcome`` and ``output_chars``. ``tool`` is ``None``
+    on model-call rows, ``model`` on tool-call rows.
+    """
+
+    id: int
+    resource_id: str
+    session_id: str | None
+    call_id: str
+    hook: AuditHookName
+    tool: str | None
+    model: str | None
+    started_at: datetime
+    duration_ms: float | None
+    outcome: Outcome | None
+    error_type: str | None
+    input_chars: int | None
+    output_chars: int | None
+    message_count: int | None
+    argument_names: tuple[str, ...] | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "resource_id": self.resource_id,
+            "session_id": self.session_id,
+            "call_id": self.call_id,
+            "hook": self.hook,
+            "tool": self.tool,
+            "model": self.model,
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
+            "error_type": self.error_type,
+            "input_chars": self.input_chars,
+            "output_chars": self.output_chars,
+            "message_count": self.message_count,
+            "argument_names": (
+                list(self.argument_names) if self.argument_names is not None else None
+            ),
         }

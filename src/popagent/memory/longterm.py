@@ -17,11 +17,19 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from ..errors import NotFoundError, ValidationError
-from ..models import EpisodeTurn, Kind, MaintenanceReport, Memory, RecallResult, RememberResult
+from ..models import (
+    CorpusStats,
+    EpisodeTurn,
+    Kind,
+    MaintenanceReport,
+    Memory,
+    RecallResult,
+    RememberResult,
+)
 from ..store import memories as store
 from ..store import recall as recall_sql
 from ..store.database import Pool
-from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank, trigram_shortlist
+from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank
 from .render import DEFAULT_BUDGET, render
 from .validation import (
     check_id,
@@ -38,6 +46,8 @@ __all__ = [
     "EPISODE_IMPORTANCE",
     "EPISODE_MAX_AGE",
     "LongTermMemory",
+    "candidate_idfs",
+    "recall_pool",
 ]
 
 EPISODE_MAX_AGE = timedelta(days=90)
@@ -45,6 +55,23 @@ EPISODE_CAP_PER_RESOURCE = 5_000
 #: Episodes carry no importance of their own; facts default to 0.5.
 EPISODE_IMPORTANCE = 0.3
 LIST_LIMIT_CAP = 1_000
+
+
+def recall_pool(limit: int) -> int:
+    """How many candidates recall scores for ``limit`` results.
+
+    The candidates come pre-ordered by the IDF of the query words they hold,
+    which is close to the final order; LoCoMo's evidence recall was the same
+    with 32 as with 48 at ``limit`` 10.
+    """
+    return max(limit * 3, 32)
+
+
+def candidate_idfs(stats: CorpusStats) -> dict[str, float]:
+    """The IDF of each lexeme that may propose candidates (their pre-order weights)."""
+    return {
+        lex: idf(stats.documents, df) for lex, df in recall_sql.candidate_lexemes(stats).items()
+    }
 
 
 def sha256_hex(text: str) -> str:
@@ -209,37 +236,18 @@ class LongTermMemory:
         query = check_query(query)
         limit = check_limit(limit)
         now = _check_time("now", now) or datetime.now(UTC)
-        pool_size = max(limit * 4, 48)
         async with self._pool.connection() as conn:
-            async with conn.transaction():
-                stats = await recall_sql.corpus_stats(conn, resource_id, query)
-                idfs = {
-                    lex: idf(stats.documents, df) for lex, df in stats.document_frequency.items()
-                }
-                candidates = await recall_sql.candidates(
-                    conn,
-                    resource_id,
-                    query,
-                    stats,
-                    idfs=idfs,
-                    pool=pool_size,
-                    min_lexical=limit,
-                )
-                shortlist = trigram_shortlist(
-                    candidates, stats, now=now, limit=limit, weights=self.weights
-                )
-                found = await recall_sql.similarities(conn, resource_id, query, shortlist)
-            candidates = [
-                replace(c, trigram=found.get(c.memory.id, 0.0)) if c.trigram is None else c
-                for c in candidates
-            ]
+            # No transaction: each statement reads a consistent snapshot, and a
+            # write landing between them can only shift a score, never leak or
+            # lose a row of another resource.
+            stats = await recall_sql.corpus_stats(conn, resource_id, query)
+            candidates = await recall_sql.candidates(
+                conn, resource_id, stats, idfs=candidate_idfs(stats), pool=recall_pool(limit)
+            )
             results = rank(candidates, stats, now=now, limit=limit, weights=self.weights)
             if not results:
                 return []
-            async with conn.transaction():
-                touched = await store.touch_accessed(
-                    conn, resource_id, [r.memory.id for r in results]
-                )
+            touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
         return [
             replace(
                 r,

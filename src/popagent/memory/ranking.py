@@ -9,8 +9,15 @@ A memory's score is a weighted sum of five signals, each in [0, 1]:
     about 1. A question whose words are not all present still matches: terms
     are OR-ed, and rarer terms weigh more.
 ``trigram``
-    pg_trgm ``word_similarity(query, content)``: catches misspellings,
-    partial words and phrasing the stemmer does not join.
+    Fuzzy coverage of the query: for each query lexeme, 1 if the memory holds
+    it, else the best pg_trgm similarity of one of its *neighbours* the memory
+    holds (for a lexeme the resource never held: the resource's lexemes that
+    look like it, similarity at least 0.3);
+    averaged with the lexemes' IDF as weights. Catches misspellings ("restaurnt"),
+    partial words ("birth" for "birthday") and forms the stemmer does not join,
+    at the cost of a lookup in the resource's vocabulary rather than trigram
+    work over every candidate's text. An unknown lexeme weighs as its likeliest
+    neighbour.
 ``importance``
     The memory's own importance.
 ``recency``
@@ -20,8 +27,8 @@ A memory's score is a weighted sum of five signals, each in [0, 1]:
     1 for facts, 0 for episodes: explicit durable facts outrank a turn that
     merely mentions the same words.
 
-A candidate must carry some lexical evidence (``text > 0`` or ``trigram`` at
-least ``min_trigram``); importance and recency only order relevant memories,
+A candidate must carry some lexical evidence (``text > 0`` or ``trigram``
+above ``min_trigram``); importance and recency only order relevant memories,
 they never make an unrelated one relevant.
 """
 
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from ..models import Candidate, CorpusStats, RecallResult, ScoreComponent
@@ -41,7 +48,7 @@ __all__ = [
     "idf",
     "rank",
     "recency_score",
-    "trigram_shortlist",
+    "trigram_score",
 ]
 
 
@@ -62,8 +69,8 @@ class RankingWeights:
     #: Okapi BM25 term-frequency saturation and length normalization.
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
-    #: Least trigram word similarity that counts as lexical evidence on its own.
-    min_trigram: float = 0.3
+    #: A trigram score above this counts as lexical evidence on its own.
+    min_trigram: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -83,29 +90,80 @@ def idf(documents: int, frequency: int) -> float:
     return math.log(1.0 + (n - frequency + 0.5) / (frequency + 0.5))
 
 
+class _TextScorer:
+    """BM25 of one query over one resource: IDFs and their total computed once per recall."""
+
+    __slots__ = ("avg", "b", "idfs", "k1", "lexemes", "total")
+
+    def __init__(self, stats: CorpusStats, weights: RankingWeights) -> None:
+        self.lexemes = len(stats.document_frequency)
+        self.idfs = {lex: idf(stats.documents, df) for lex, df in stats.document_frequency.items()}
+        self.total = sum(self.idfs.values())
+        self.avg = stats.average_length if stats.average_length > 0 else 1.0
+        self.k1, self.b = weights.bm25_k1, weights.bm25_b
+
+    def __call__(self, candidate: Candidate) -> float:
+        matched = [
+            (self.idfs[lex], tf)
+            for lex, tf in candidate.term_frequency.items()
+            if tf > 0 and lex in self.idfs
+        ]
+        if not matched:
+            return 0.0
+        if self.total <= 1e-9:
+            # Every query term is everywhere: fall back to plain coverage.
+            return len(matched) / self.lexemes
+        norm = self.k1 * (1.0 - self.b + self.b * candidate.length / self.avg)
+        score = sum(w * tf * (self.k1 + 1.0) / (tf + norm) for w, tf in matched)
+        return min(1.0, score / self.total)
+
+
+class _TrigramScorer:
+    """Fuzzy, IDF-weighted coverage of one query's lexemes (see the module docstring)."""
+
+    __slots__ = ("neighbours", "total", "weights")
+
+    def __init__(self, stats: CorpusStats) -> None:
+        self.neighbours = stats.neighbours
+        self.weights: dict[str, float] = {}
+        for lex, df in stats.document_frequency.items():
+            near = stats.neighbours.get(lex, ())
+            if df == 0 and near:
+                df = near[0].documents  # the likeliest meaning: neighbours come best first
+            self.weights[lex] = idf(stats.documents, df)
+        self.total = sum(self.weights.values())
+        if self.total <= 1e-9:
+            # Every query term is everywhere: weigh them equally.
+            self.weights = dict.fromkeys(self.weights, 1.0)
+            self.total = float(len(self.weights))
+
+    def __call__(self, candidate: Candidate) -> float:
+        if not self.weights:
+            return 0.0
+        tf = candidate.term_frequency
+        covered = 0.0
+        for lex, weight in self.weights.items():
+            if tf.get(lex, 0) > 0:
+                covered += weight
+                continue
+            best = max(
+                (n.similarity for n in self.neighbours.get(lex, ()) if tf.get(n.lexeme, 0) > 0),
+                default=0.0,
+            )
+            covered += weight * best
+        return min(1.0, covered / self.total)
+
+
+def trigram_score(candidate: Candidate, stats: CorpusStats) -> float:
+    """The fuzzy coverage of the query by ``candidate``, in [0, 1]."""
+    return _TrigramScorer(stats)(candidate)
+
+
 def bm25_text_score(
     candidate: Candidate, stats: CorpusStats, weights: RankingWeights = DEFAULT_WEIGHTS
 ) -> float:
     """BM25 over the query's lexemes divided by their summed IDF, clamped to [0, 1]."""
-    lexemes = stats.document_frequency
-    if not lexemes:
-        return 0.0
-    idfs = {lex: idf(stats.documents, df) for lex, df in lexemes.items()}
-    total = sum(idfs.values())
-    matched = [lex for lex in lexemes if candidate.term_frequency.get(lex, 0) > 0]
-    if not matched:
-        return 0.0
-    if total <= 1e-9:
-        # Every query term is everywhere: fall back to plain coverage.
-        return len(matched) / len(lexemes)
-    k1, b = weights.bm25_k1, weights.bm25_b
-    avg = stats.average_length if stats.average_length > 0 else 1.0
-    norm = k1 * (1.0 - b + b * candidate.length / avg)
-    score = 0.0
-    for lex in matched:
-        tf = candidate.term_frequency[lex]
-        score += idfs[lex] * tf * (k1 + 1.0) / (tf + norm)
-    return min(1.0, score / total)
+    return _TextScorer(stats, weights)(candidate)
 
 
 def recency_score(updated_at: datetime, now: datetime, half_life_days: float) -> float:
@@ -129,51 +187,35 @@ def rank(
     Ties break towards facts, then the more recently updated, then the higher id,
     so the order is total and repeatable.
     """
-    scored: list[tuple[float, int, datetime, int, RecallResult]] = []
+    text_score = _TextScorer(stats, weights)
+    trigram_of = _TrigramScorer(stats)
+    names = ("text", "trigram", "importance", "recency", "fact")
+    weight_of = (weights.text, weights.trigram, weights.importance, weights.recency, weights.fact)
+    # Scores first, explanations only for the results: most candidates are dropped.
+    scored: list[tuple[float, bool, datetime, int, tuple[float, ...], Candidate]] = []
     for cand in candidates:
         memory = cand.memory
-        text = bm25_text_score(cand, stats, weights)
-        trigram = max(0.0, min(1.0, cand.trigram or 0.0))
-        if text <= 0.0 and trigram < weights.min_trigram:
+        text = text_score(cand)
+        trigram = trigram_of(cand)
+        if text <= 0.0 and trigram <= weights.min_trigram:
             continue
-        components = (
-            ScoreComponent("text", text, weights.text),
-            ScoreComponent("trigram", trigram, weights.trigram),
-            ScoreComponent("importance", memory.importance, weights.importance),
-            ScoreComponent(
-                "recency",
-                recency_score(memory.updated_at, now, weights.recency_half_life_days),
-                weights.recency,
-            ),
-            ScoreComponent("fact", 1.0 if memory.kind == "fact" else 0.0, weights.fact),
+        values = (
+            text,
+            trigram,
+            memory.importance,
+            recency_score(memory.updated_at, now, weights.recency_half_life_days),
+            1.0 if memory.kind == "fact" else 0.0,
         )
-        score = sum(c.contribution for c in components)
-        result = RecallResult(memory=memory, score=score, components=components)
-        scored.append((score, memory.kind == "fact", memory.updated_at, memory.id, result))
+        score = sum(v * w for v, w in zip(values, weight_of, strict=True))
+        scored.append((score, memory.kind == "fact", memory.updated_at, memory.id, values, cand))
     scored.sort(key=lambda s: (s[0], s[1], s[2], s[3]), reverse=True)
-    return [s[4] for s in scored[:limit]]
-
-
-def trigram_shortlist(
-    candidates: Sequence[Candidate],
-    stats: CorpusStats,
-    *,
-    now: datetime,
-    limit: int,
-    weights: RankingWeights = DEFAULT_WEIGHTS,
-) -> list[int]:
-    """Ids of the candidates without a trigram value whose similarity could change the top ``limit``.
-
-    Ranked as if their similarity were 0, a candidate more than the trigram
-    weight below the ``limit``-th score cannot reach the results even at
-    similarity 1, so its similarity need not be computed.
-    """
-    pending = {c.memory.id for c in candidates if c.trigram is None}
-    if not pending:
-        return []
-    open_gate = replace(weights, min_trigram=0.0)
-    prelim = rank(candidates, stats, now=now, limit=len(candidates), weights=open_gate)
-    if len(prelim) <= limit:
-        return [r.memory.id for r in prelim if r.memory.id in pending]
-    floor = prelim[limit - 1].score - weights.trigram
-    return [r.memory.id for r in prelim if r.memory.id in pending and r.score >= floor]
+    return [
+        RecallResult(
+            memory=cand.memory,
+            score=score,
+            components=tuple(
+                ScoreComponent(n, v, w) for n, v, w in zip(names, values, weight_of, strict=True)
+            ),
+        )
+        for score, _fact, _updated, _id, values, cand in scored[:limit]
+    ]

@@ -20,13 +20,32 @@ from ..errors import DatabaseError
 from .embedded import EmbeddedServer
 from .migrate import apply_migrations
 
-__all__ = ["DATABASE_URL_ENV", "Conn", "Pool", "open_pool", "resolve_url"]
+__all__ = [
+    "DATABASE_URL_ENV",
+    "SESSION_SETTINGS",
+    "Conn",
+    "Pool",
+    "configure_connection",
+    "open_pool",
+    "resolve_url",
+]
 
 DATABASE_URL_ENV = "POPAGENT_DATABASE_URL"
 
 #: A pooled connection: dict rows, autocommit (the service layer opens transactions).
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 Pool = AsyncConnectionPool[Conn]
+
+
+# popagent's statements are short index lookups whose latency matters; starting a
+# parallel worker costs more than it could save, yet the planner chose one for
+# recall once a costly index expression made the scan look large.
+SESSION_SETTINGS = "SET max_parallel_workers_per_gather = 0"
+
+
+async def configure_connection(conn: Conn) -> None:
+    """Session settings of every pooled connection."""
+    await conn.execute(SESSION_SETTINGS)
 
 
 def resolve_url(url: str | None) -> str | None:
@@ -59,6 +78,7 @@ async def open_pool(
             min_size=min_size,
             max_size=max_size,
             kwargs={"row_factory": dict_row, "autocommit": True},
+            configure=configure_connection,
             open=False,
         )
         await pool.open(wait=True, timeout=30)

@@ -350,7 +350,10 @@ async def cleanup(
 # --- access bookkeeping ---------------------------------------------------------------------
 
 # SKIP LOCKED: recall never waits for (or deadlocks with) maintenance or a writer
-# holding a row; access statistics are best effort by design.
+# holding a row; access statistics are best effort by design. Synchronous commit
+# is off for this statement's own transaction alone (set_config's is_local), so a
+# recall never waits for a WAL flush: a crash may lose the last few access
+# counts, never a memory.
 TOUCH_ACCESSED = """
 UPDATE popagent_memories m
 SET accessed_at = now(), access_count = m.access_count + 1
@@ -359,13 +362,11 @@ FROM (
     WHERE resource_id = %(resource_id)s AND id = ANY(%(ids)s)
     ORDER BY id
     FOR UPDATE SKIP LOCKED
-) touched
+) touched,
+(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE m.id = touched.id
 RETURNING m.id, m.accessed_at, m.access_count
 """
-
-
-ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off"
 
 
 async def touch_accessed(
@@ -373,11 +374,9 @@ async def touch_accessed(
 ) -> dict[int, tuple[datetime, int]]:
     """Record a recall of ``ids``; return each touched id's new access time and count.
 
-    Run it in its own transaction: it turns off synchronous commit for that
-    transaction alone, so a recall never waits for a WAL flush. Access counts are
-    bookkeeping; a crash may lose the last few, never a memory.
+    One statement, to be run outside a transaction (in autocommit), so that it
+    is its own transaction and the synchronous-commit setting covers it alone.
     """
-    await conn.execute(ASYNC_COMMIT)
     cur = await conn.execute(TOUCH_ACCESSED, {"resource_id": resource_id, "ids": list(ids)})
     return {r["id"]: (r["accessed_at"], r["access_count"]) for r in await cur.fetchall()}
 

@@ -1,113 +1,121 @@
 """SQL that proposes recall candidates; the scoring itself is pure (``memory.ranking``).
 
-Two round trips per recall:
+Two round trips per recall, each independent of the resource's size:
 
 1. ``corpus_stats``: the query's lexemes as PostgreSQL stems them, each
-   lexeme's document frequency in the resource, the resource's size and its
-   average document length. Counts stop at ``COUNT_CAP`` rows so that a huge
-   resource costs no more than a large one; BM25's IDF keeps its order.
-2. ``candidates``: memories matching any of the selected lexemes (OR, not
-   AND), pre-ordered by the IDF they cover, plus trigram matches when the
-   lexical path found fewer than ``limit`` (misspellings, partial words). Each comes with its term frequencies,
-   length and trigram similarity.
+   lexeme's document frequency in the resource, the resource's size and
+   average document length, and for each lexeme the resource never held, its
+   *neighbours*: the resource's own lexemes that look like it by trigram
+   similarity (a misspelling's likely meaning, a partial word's completions). All of it comes from the statistics
+   tables that migration 0004's triggers keep exact, by primary key and by the
+   trigram index of the resource's vocabulary; no memory row is read.
+2. ``candidates``: memories holding any of the chosen lexemes (OR, not AND),
+   pre-ordered by the IDF they cover, each with its term frequencies for the
+   query's lexemes and their neighbours, and its length.
 
 Lexemes are chosen rarest first until their summed document frequency passes
 ``CANDIDATE_BUDGET`` (the rarest always goes in), which bounds the rows one
-recall touches however common the other words are. Common words still count
-in the final score, which sees every query lexeme.
+recall touches however common the other words are. A query lexeme the
+resource never saw is replaced in that choice by its neighbours. Common words
+still count in the final score, which sees every query lexeme.
 
-Every statement leads with ``resource_id`` and uses the GIN indexes built on
-``(resource_id, search_vector)`` and ``(resource_id, content gin_trgm_ops)``.
+Every statement is scoped by ``resource_id``: the statistics by their primary
+keys and the vocabulary's ``(resource_id, lexeme)`` trigram index; memories
+by the GIN index over ``popagent_scoped_lexemes(resource_id, search_vector)``,
+whose keys name the resource, plus an explicit ``resource_id`` filter.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..models import Candidate, CorpusStats
+from ..models import Candidate, CorpusStats, Neighbour
 from .database import Conn
 from .memories import MEMORY_COLUMNS, row_to_memory
 
 __all__ = [
     "CANDIDATE_BUDGET",
-    "COUNT_CAP",
+    "CORPUS_STATS",
+    "LEXICAL_CANDIDATES",
+    "NEIGHBOURS_PER_LEXEME",
+    "NEIGHBOUR_THRESHOLD",
+    "candidate_lexemes",
+    "candidate_parameters",
     "candidates",
     "choose_lexemes",
     "corpus_stats",
-    "similarities",
     "tsquery_literal",
 ]
 
-COUNT_CAP = 5_000
-CANDIDATE_BUDGET = 1_000
-LENGTH_SAMPLE = 1_000
-TRIGRAM_THRESHOLD = 0.3
+CANDIDATE_BUDGET = 500
+#: Least trigram similarity of a neighbour. The ``%`` operator that lets the index
+#: find them applies pg_trgm's ``similarity_threshold``, whose default is the same.
+NEIGHBOUR_THRESHOLD = 0.3
+NEIGHBOURS_PER_LEXEME = 3
 
-# A lexeme as a one-term tsquery, quoted for tsquery's own syntax.
-_QUOTE = r"('''' || replace(replace({x}, '\', '\\'), '''', '''''') || '''')::tsquery"
-
-LEXEME_FREQUENCIES = f"""
-SELECT l.lexeme,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM popagent_memories m
-            WHERE m.resource_id = %(resource_id)s
-              AND m.search_vector @@ {_QUOTE.format(x="l.lexeme")}
-            LIMIT %(cap)s) s) AS df
-FROM (SELECT DISTINCT t.lexeme
-      FROM unnest(to_tsvector('english'::regconfig, %(query)s)) AS t) l
-ORDER BY l.lexeme
+# One row: the resource's size and summed lengths, and for each distinct query
+# lexeme its document count (0 if the resource never held it) and, for such an
+# unknown lexeme only, its neighbours. Known words are taken as meant: looking
+# for their look-alikes would cost a trigram search each and mostly find noise
+# ("plan" -> "place").
+CORPUS_STATS = f"""
+WITH q AS (
+    SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('english'::regconfig, %(query)s)) AS t
+)
+SELECT coalesce(r.documents, 0) AS documents,
+       coalesce(r.total_length, 0) AS total_length,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(q.lexeme, coalesce(s.documents, 0), n.near)),
+                        '[]'::jsonb)
+        FROM q
+        LEFT JOIN popagent_lexeme_stats s
+               ON s.resource_id = %(resource_id)s AND s.lexeme = q.lexeme
+        CROSS JOIN LATERAL (
+            SELECT coalesce(jsonb_agg(jsonb_build_array(v.lexeme, v.similarity, v.documents)
+                                      ORDER BY v.similarity DESC, v.lexeme), '[]'::jsonb) AS near
+            FROM (SELECT v.lexeme, similarity(v.lexeme, q.lexeme) AS similarity, v.documents
+                  FROM popagent_lexeme_stats v
+                  WHERE coalesce(s.documents, 0) = 0
+                    AND v.resource_id = %(resource_id)s AND v.lexeme %% q.lexeme
+                    AND similarity(v.lexeme, q.lexeme) >= {NEIGHBOUR_THRESHOLD}
+                    AND v.lexeme <> q.lexeme AND v.documents > 0
+                  ORDER BY similarity DESC, v.lexeme
+                  LIMIT {NEIGHBOURS_PER_LEXEME}) v
+        ) n) AS lexemes
+FROM (SELECT 1) AS one
+LEFT JOIN popagent_resource_stats r ON r.resource_id = %(resource_id)s
 """
 
-RESOURCE_SIZE = """
-SELECT (SELECT count(*) FROM (
-            SELECT 1 FROM popagent_memories WHERE resource_id = %(resource_id)s
-            LIMIT %(cap)s) s) AS documents,
-       (SELECT avg(length(search_vector)) FROM (
-            SELECT search_vector FROM popagent_memories WHERE resource_id = %(resource_id)s
-            LIMIT %(sample)s) s) AS average_length
+# Term frequencies of the memory's lexemes among %(lexemes)s, as 'lexeme:count'
+# strings: one pass over the memory's tsvector, no join or sort per row.
+_TERM_FREQUENCIES = """
+ARRAY(SELECT u.lexeme || ':' || coalesce(cardinality(u.positions), 1)
+      FROM unnest(m.search_vector) AS u
+      WHERE u.lexeme = ANY(%(lexemes)s::text[]))
 """
 
-_CANDIDATE_COLUMNS = f"""
-    {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
-    length(m.search_vector) AS length,
-    ARRAY(SELECT coalesce(cardinality(u.positions), 0)
-          FROM unnest(%(lexemes)s::text[]) WITH ORDINALITY AS t(lexeme, ord)
-          LEFT JOIN unnest(m.search_vector) AS u ON u.lexeme = t.lexeme
-          ORDER BY t.ord) AS tf
-"""
-
+# The terms CTE is materialized so each one-term tsquery is built once, not per row.
 LEXICAL_CANDIDATES = f"""
-WITH terms AS (
-    SELECT {_QUOTE.format(x="t.lexeme")} AS q, t.idf
-    FROM unnest(%(chosen)s::text[], %(idfs)s::float8[]) AS t(lexeme, idf)
+WITH terms AS MATERIALIZED (
+    SELECT t.q, t.idf FROM unnest(%(term_queries)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf)
 ), hits AS (
     SELECT m.id,
            (SELECT sum(terms.idf) FROM terms WHERE m.search_vector @@ terms.q) AS covered
     FROM popagent_memories m
-    WHERE m.resource_id = %(resource_id)s AND m.search_vector @@ %(tsquery)s::tsquery
+    -- The keys name the resource (length-prefixed, so no other resource's key
+    -- can equal them): the index condition alone is the resource filter. A
+    -- separate resource_id condition here would only tempt the planner into
+    -- AND-ing the whole resource's index entries; it is checked again below.
+    WHERE popagent_scoped_lexemes(m.resource_id, m.search_vector)
+          && popagent_scoped_lexemes(%(resource_id)s, array_to_tsvector(%(chosen)s::text[]))
     ORDER BY covered DESC, m.id DESC
     LIMIT %(pool)s
 )
-SELECT {_CANDIDATE_COLUMNS}, NULL::float8 AS trigram
+SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
+       length(m.search_vector) AS length,
+       {_TERM_FREQUENCIES} AS tf
 FROM hits JOIN popagent_memories m ON m.id = hits.id
 WHERE m.resource_id = %(resource_id)s
 """
-
-TRIGRAM_CANDIDATES = f"""
-SELECT {_CANDIDATE_COLUMNS}, word_similarity(%(query)s, m.content) AS trigram
-FROM popagent_memories m
-WHERE m.resource_id = %(resource_id)s AND %(query)s <%% m.content
-ORDER BY word_similarity(%(query)s, m.content) DESC, m.id DESC
-LIMIT %(pool)s
-"""
-
-SIMILARITIES = """
-SELECT id, word_similarity(%(query)s, content) AS trigram
-FROM popagent_memories
-WHERE resource_id = %(resource_id)s AND id = ANY(%(ids)s)
-"""
-
-SET_TRIGRAM_THRESHOLD = "SELECT set_config('pg_trgm.word_similarity_threshold', %s, true)"
 
 
 def tsquery_literal(lexemes: list[str]) -> str:
@@ -132,75 +140,76 @@ def choose_lexemes(frequencies: dict[str, int], budget: int = CANDIDATE_BUDGET) 
     return chosen
 
 
+def candidate_lexemes(stats: CorpusStats) -> dict[str, int]:
+    """The lexemes that may propose candidates, with their document frequencies.
+
+    The query's own lexemes, and for each one the resource never saw, its
+    neighbours (what a misspelling most likely meant).
+    """
+    out = {lex: df for lex, df in stats.document_frequency.items() if df > 0}
+    for lex, df in stats.document_frequency.items():
+        if df == 0:
+            for near in stats.neighbours.get(lex, ()):
+                out.setdefault(near.lexeme, near.documents)
+    return out
+
+
 async def corpus_stats(conn: Conn, resource_id: str, query: str) -> CorpusStats:
-    params = {"resource_id": resource_id, "query": query, "cap": COUNT_CAP, "sample": LENGTH_SAMPLE}
-    async with conn.pipeline():
-        lex_cur = await conn.execute(LEXEME_FREQUENCIES, params)
-        size_cur = await conn.execute(RESOURCE_SIZE, params)
-    frequencies = {r["lexeme"]: int(r["df"]) for r in await lex_cur.fetchall()}
-    size = await size_cur.fetchone()
-    assert size is not None
+    cur = await conn.execute(CORPUS_STATS, {"resource_id": resource_id, "query": query})
+    row = await cur.fetchone()
+    assert row is not None
+    documents = int(row["documents"])
+    frequencies: dict[str, int] = {}
+    neighbours: dict[str, tuple[Neighbour, ...]] = {}
+    for lexeme, df, near in row["lexemes"]:
+        frequencies[lexeme] = int(df)
+        if near:
+            neighbours[lexeme] = tuple(Neighbour(lex, float(sim), int(n)) for lex, sim, n in near)
     return CorpusStats(
-        documents=int(size["documents"]),
-        average_length=float(size["average_length"] or 0.0),
+        documents=documents,
+        average_length=int(row["total_length"]) / documents if documents else 0.0,
         document_frequency=frequencies,
+        neighbours=neighbours,
     )
 
 
-def _to_candidate(row: dict[str, Any], lexemes: list[str]) -> Candidate:
-    return Candidate(
-        memory=row_to_memory(row),
-        term_frequency={lex: tf for lex, tf in zip(lexemes, row["tf"], strict=True) if tf},
-        length=int(row["length"]),
-        trigram=None if row["trigram"] is None else float(row["trigram"]),
-    )
+def candidate_parameters(
+    resource_id: str, stats: CorpusStats, idfs: dict[str, float], pool: int
+) -> dict[str, Any] | None:
+    """The parameters of ``LEXICAL_CANDIDATES``; ``None`` when no lexeme can propose any."""
+    chosen = choose_lexemes(candidate_lexemes(stats))
+    if not chosen:
+        return None
+    lexemes = set(stats.document_frequency)
+    lexemes.update(n.lexeme for near in stats.neighbours.values() for n in near)
+    return {
+        "resource_id": resource_id,
+        "chosen": chosen,
+        "term_queries": [tsquery_literal([lex]) for lex in chosen],
+        "idfs": [idfs[lex] for lex in chosen],
+        "lexemes": sorted(lexemes),
+        "pool": pool,
+    }
 
 
 async def candidates(
-    conn: Conn,
-    resource_id: str,
-    query: str,
-    stats: CorpusStats,
-    *,
-    idfs: dict[str, float],
-    pool: int,
-    min_lexical: int,
+    conn: Conn, resource_id: str, stats: CorpusStats, *, idfs: dict[str, float], pool: int
 ) -> list[Candidate]:
-    """Lexical candidates, topped up with trigram ones when needed; deduplicated by id.
+    """At most ``pool`` memories holding a chosen lexeme, most IDF covered first.
 
-    Must run inside a transaction: the trigram threshold is set for it alone.
+    ``idfs`` weighs each candidate lexeme in that pre-order (the ranking's IDF).
     """
-    lexemes = sorted(stats.document_frequency)
-    found: dict[int, Candidate] = {}
-    chosen = choose_lexemes(stats.document_frequency)
-    base = {"resource_id": resource_id, "query": query, "lexemes": lexemes, "pool": pool}
-    if chosen:
-        cur = await conn.execute(
-            LEXICAL_CANDIDATES,
-            {
-                **base,
-                "chosen": chosen,
-                "idfs": [idfs[lex] for lex in chosen],
-                "tsquery": tsquery_literal(chosen),
-            },
-        )
-        for row in await cur.fetchall():
-            found[row["id"]] = _to_candidate(row, lexemes)
-    # The trigram scan is the expensive path (its index selects nearly every row
-    # for a long question), so it only runs when the lexical path came up short.
-    if len(found) < min_lexical:
-        await conn.execute(SET_TRIGRAM_THRESHOLD, (str(TRIGRAM_THRESHOLD),))
-        cur = await conn.execute(TRIGRAM_CANDIDATES, base)
-        for row in await cur.fetchall():
-            found.setdefault(row["id"], _to_candidate(row, lexemes))
-    return list(found.values())
+    params = candidate_parameters(resource_id, stats, idfs, pool)
+    if params is None:
+        return []
+    cur = await conn.execute(LEXICAL_CANDIDATES, params)
+    return [_to_candidate(row) for row in await cur.fetchall()]
 
 
-async def similarities(
-    conn: Conn, resource_id: str, query: str, ids: list[int]
-) -> dict[int, float]:
-    """``word_similarity(query, content)`` of the given memories."""
-    if not ids:
-        return {}
-    cur = await conn.execute(SIMILARITIES, {"resource_id": resource_id, "query": query, "ids": ids})
-    return {r["id"]: float(r["trigram"]) for r in await cur.fetchall()}
+def _to_candidate(row: dict[str, Any]) -> Candidate:
+    pairs = (item.rpartition(":") for item in row["tf"])
+    return Candidate(
+        memory=row_to_memory(row),
+        term_frequency={lex: int(count) for lex, _, count in pairs},
+        length=int(row["length"]),
+    )
