@@ -20,7 +20,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
+from popagent.llm import ModelSettings, OpenAIChatModel
+from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.embedded import EmbeddedServer
+from popagent.threads import ThreadStore
+from tests.scripted_model import ScriptedModelServer
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +67,37 @@ def resource() -> str:
 @pytest.fixture
 def other_resource() -> str:
     return f"res-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedModelServer]:
+    """A scripted Chat Completions server on 127.0.0.1 (see ``tests/scripted_model.py``)."""
+    with ScriptedModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def chat_model(scripted: ScriptedModelServer) -> AsyncIterator[OpenAIChatModel]:
+    """The real client against ``scripted``: two retries, millisecond backoff."""
+    settings = ModelSettings(
+        base_url=scripted.base_url,
+        api_key=None,
+        model="scripted-1",
+        timeout_s=5.0,
+        connect_timeout_s=2.0,
+        max_retries=2,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.02,
+    )
+    async with OpenAIChatModel(settings) as model:
+        yield model
+
+
+@pytest.fixture
+def threads(memory: popagent.LongTermMemory) -> ThreadStore:
+    return ThreadStore(memory.pool)
+
+
+@pytest.fixture
+def secret_store(memory: popagent.LongTermMemory) -> SecretStore:
+    return SecretStore(memory.pool, SecretCipher(os.urandom(32)))

@@ -36,9 +36,11 @@ class Reply:
 
 @dataclass(frozen=True)
 class CallTools:
-    """Answer with tool calls ``[(name, arguments), ...]``, optionally after some text."""
+    """Answer with tool calls ``[(name, arguments), ...]``, optionally after some text.
 
-    calls: Sequence[tuple[str, dict[str, Any]]]
+    Arguments given as a string are sent as they are (to script invalid JSON)."""
+
+    calls: Sequence[tuple[str, dict[str, Any] | str]]
     text: str | None = None
 
 
@@ -197,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             {
                 "id": f"call_{i}",
                 "type": "function",
-                "function": {"name": n, "arguments": json.dumps(a)},
+                "function": {"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)},
             }
             for i, (n, a) in enumerate(calls)
         ]

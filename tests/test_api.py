@@ -10,6 +10,7 @@ def test_all_is_exactly_the_public_api() -> None:
     public = {n for n in dir(popagent) if not n.startswith("_")}
     # Submodules are importable, not part of the API.
     modules = {
+        "agent",
         "checks",
         "cli",
         "connection",
@@ -17,6 +18,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "llm",
         "memory",
         "models",
+        "observe",
         "secrets",
         "store",
         "threads",

@@ -9,6 +9,7 @@ resource, with explainable hybrid recall::
         print(popagent.render(results))
 """
 
+from .agent import SUPERVISOR_GUIDANCE, Agent, TurnResult
 from .connection import connect
 from .errors import (
     ConflictError,
@@ -16,6 +17,7 @@ from .errors import (
     NotFoundError,
     PopagentError,
     SecretRefusedError,
+    TurnFailedError,
     ValidationError,
 )
 from .memory.longterm import LongTermMemory
@@ -33,6 +35,8 @@ from .models import (
 __all__ = [
     "DEFAULT_WEIGHTS",
     "HEADER",
+    "SUPERVISOR_GUIDANCE",
+    "Agent",
     "ConflictError",
     "DatabaseError",
     "EpisodeTurn",
@@ -46,6 +50,8 @@ __all__ = [
     "RememberResult",
     "ScoreComponent",
     "SecretRefusedError",
+    "TurnFailedError",
+    "TurnResult",
     "ValidationError",
     "connect",
     "render",

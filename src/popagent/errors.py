@@ -8,12 +8,15 @@
     ├── NotFoundError          no such memory in this resource
     ├── ConflictError          a strict create met an existing key
     ├── DatabaseError          the server could not be reached or started
+    ├── TurnFailedError        an agent turn could not complete; ``cause`` says why
     ├── ModelError             a model call failed (``popagent.llm.protocol``)
     ├── SecretKeyError         no usable secret key (``popagent.secrets.cipher``)
     └── SecretDecryptError     a secret did not decrypt (``popagent.secrets.cipher``)
 
 Every error is raised before anything is written, or after the transaction
-that would have written was rolled back: a failed call changes nothing.
+that would have written was rolled back: a failed call changes nothing. The one
+exception is ``TurnFailedError``: a turn is a conversation, not a transaction,
+so the messages it persisted before failing stay in the session's history.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = [
     "NotFoundError",
     "PopagentError",
     "SecretRefusedError",
+    "TurnFailedError",
     "ValidationError",
 ]
 
@@ -59,3 +63,18 @@ class ConflictError(PopagentError):
 
 class DatabaseError(PopagentError):
     """PostgreSQL could not be reached, started or migrated."""
+
+
+class TurnFailedError(PopagentError):
+    """An agent turn could not complete: the model call failed after its retries, or the
+    model was still calling tools when the turn's round limit ran out.
+
+    ``cause`` is the underlying error (a ``ModelError``), or ``None`` when the turn
+    itself gave up. A failed turn stores no episode; what it already wrote to the
+    session's history (the user message above all) stays, since it was said.
+    """
+
+    def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause

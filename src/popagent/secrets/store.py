@@ -8,8 +8,10 @@ Invariants:
 - Each method validates all of its input before it borrows a connection; a
   call that raises has changed nothing.
 - A value is encrypted before it leaves this process and is decrypted only by
-  ``reveal``, the runtime's "use" path. No other method returns, logs or puts
-  a value (or any part of one) in an exception message.
+  ``reveal``, the runtime's "use" path, and by ``values_for_scrubbing``, whose
+  values serve only to find and replace secrets in text about to be stored or
+  shown (``scrub``). No other method returns, logs or puts a value (or any part
+  of one) in an exception message.
 - An expired secret is absent to ``reveal``, ``list`` and ``delete``.
 - Every method but ``purge_expired`` acts within one ``resource_id``.
 """
@@ -27,7 +29,7 @@ from ..checks import check_id, check_text
 from ..errors import NotFoundError, ValidationError
 from ..store import secrets as sql
 from ..store.database import Pool
-from .cipher import Sealed, SecretCipher
+from .cipher import Sealed, SecretCipher, SecretDecryptError
 
 __all__ = [
     "MAX_TTL",
@@ -188,6 +190,30 @@ class SecretStore:
             )
             await sql.touch_secret(conn, resource_id, name, now=now)
         return value
+
+    async def values_for_scrubbing(
+        self, resource_id: str, *, now: datetime | None = None
+    ) -> dict[str, str]:
+        """Names and values of this resource's live secrets, for ``scrub`` and nothing else.
+
+        One query; an empty dict when the resource has no secrets. This is not a
+        use: ``last_used_at`` is left alone. A secret that does not decrypt (sealed
+        under another key) is left out, since it cannot be revealed either.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        now = _check_now(now)
+        async with self._pool.connection() as conn:
+            rows = await sql.select_live_sealed(conn, resource_id, now=now)
+        values: dict[str, str] = {}
+        for row in rows:
+            sealed = Sealed(
+                ciphertext=bytes(row["ciphertext"]), nonce=bytes(row["nonce"]), key_id=row["key_id"]
+            )
+            try:
+                values[row["name"]] = self._cipher.decrypt(resource_id, row["name"], sealed)
+            except SecretDecryptError:
+                continue
+        return values
 
     async def list(
         self, resource_id: str, *, now: datetime | None = None

@@ -5,7 +5,8 @@ Invariants:
   or commits: the service layer owns transactions.
 - Every statement but the purge filters on ``resource_id`` first; the purge is
   the secret store's own retention and spans all resources by design.
-- Only ``select_secret`` reads ciphertext; listing returns names and times.
+- Only ``select_secret`` and ``select_live_sealed`` read ciphertext; listing
+  returns names and times.
 - An expired row is treated as absent by every read and delete, until the
   purge removes it. ``now`` is the caller's clock, ``None`` meaning the server's.
 - Nothing here touches ``popagent_memories`` or the thread tables.
@@ -23,6 +24,7 @@ __all__ = [
     "delete_expired_secrets",
     "delete_secret",
     "list_secrets",
+    "select_live_sealed",
     "select_secret",
     "touch_secret",
     "upsert_secret",
@@ -53,6 +55,12 @@ RETURNING {INFO_COLUMNS}
 SELECT_SECRET = f"""
 SELECT ciphertext, nonce, key_id FROM popagent_secrets
 WHERE resource_id = %(resource_id)s AND name = %(name)s AND {_LIVE}
+"""
+
+SELECT_LIVE_SEALED = f"""
+SELECT name, ciphertext, nonce, key_id FROM popagent_secrets
+WHERE resource_id = %(resource_id)s AND {_LIVE}
+ORDER BY name
 """
 
 LIST_SECRETS = f"""
@@ -111,6 +119,14 @@ async def select_secret(
     """The live row's ``ciphertext``, ``nonce`` and ``key_id``; ``None`` if absent or expired."""
     cur = await conn.execute(SELECT_SECRET, {"resource_id": resource_id, "name": name, "now": now})
     return await cur.fetchone()
+
+
+async def select_live_sealed(
+    conn: Conn, resource_id: str, *, now: datetime | None
+) -> list[dict[str, Any]]:
+    """Every live row's ``name``, ``ciphertext``, ``nonce`` and ``key_id``, by name."""
+    cur = await conn.execute(SELECT_LIVE_SEALED, {"resource_id": resource_id, "now": now})
+    return await cur.fetchall()
 
 
 async def list_secrets(

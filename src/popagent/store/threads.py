@@ -25,6 +25,7 @@ __all__ = [
     "list_sessions",
     "recent_messages",
     "rename_session",
+    "rewrite_messages",
 ]
 
 SESSION_COLUMNS = "resource_id, session_id, title, metadata, created_at, updated_at"
@@ -91,6 +92,14 @@ SELECT * FROM (
     ORDER BY id DESC
     LIMIT %(limit)s
 ) recent ORDER BY id
+"""
+
+
+# Only for scrubbing secret values out of messages already written (the turn that
+# learns a secret rewrites its own messages); history is otherwise append-only.
+REWRITE_MESSAGE = """
+UPDATE popagent_messages SET content = %(content)s, parts = %(parts)s
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND id = %(id)s
 """
 
 
@@ -219,3 +228,31 @@ async def recent_messages(
         },
     )
     return [row_to_message(r) for r in await cur.fetchall()]
+
+
+async def rewrite_messages(
+    conn: Conn,
+    resource_id: str,
+    session_id: str,
+    rewrites: list[tuple[int, str, list[dict[str, Any]]]],
+) -> None:
+    """Replace the content and parts of messages ``(id, content, parts)`` of this session.
+
+    For scrubbing only: the role, order and timestamps of a message never change.
+    """
+    if not rewrites:
+        return
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            REWRITE_MESSAGE,
+            [
+                {
+                    "resource_id": resource_id,
+                    "session_id": session_id,
+                    "id": id,
+                    "content": content,
+                    "parts": Jsonb(parts),
+                }
+                for id, content, parts in rewrites
+            ],
+        )

@@ -1,0 +1,135 @@
+"""Turn overhead: the time popagent adds to a chat turn, everything but the model call.
+
+Runs ``Agent.run_turn`` against the scripted OpenAI-compatible server of the
+tests (real HTTP on 127.0.0.1, the real ``OpenAIChatModel``) on a disposable
+embedded PostgreSQL (or the server in ``POPAGENT_DATABASE_URL``, in a scratch
+database dropped afterwards). The resource holds 10,000 synthetic episodes
+(``bench/latency.py``'s generator) and 20 facts before the timed turns.
+
+Per turn, ``TurnResult.timings.overhead_ms`` is the wall time of the turn
+minus the time inside model calls: input checks, loading secrets, storing the
+user message, recall and rendering, loading history, assembling the prompt,
+audit rows, storing the assistant (and tool) messages, and the episode.
+Two kinds of turns, 200 timed each after 20 warm-up turns, spread over 10
+sessions so history grows as in a real chat:
+
+* ``plain``: the model answers with text;
+* ``remember``: the model first calls the ``remember`` tool, then answers
+  (two model calls; the tool call's storage and audit count as overhead).
+
+The baseline, measured in the same run on the same resource, is recall alone
+(``LongTermMemory.recall`` with the same questions), the largest single step.
+Usage: python bench/turn.py [--memories N] [--turns N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from popagent.agent import Agent
+from popagent.llm import ModelSettings, OpenAIChatModel
+from popagent.store.embedded import EmbeddedServer
+from popagent.threads import ThreadStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.scripted_model import CallTools, Reply, ScriptedModelServer
+
+from latency import add_facts, database, pct, queries, table, turns
+
+RESOURCE = "bench-turn"
+REPLY = (
+    "Here is what I found in our earlier conversations, and a suggestion for the next step: "
+    "book the train early, keep the hotel near the station, and pack for rain."
+)
+
+
+def summary(name: str, values: list[float], baseline: float | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"measure": name, "n": len(values)}
+    row |= {"p50": pct(values, 50), "p95": pct(values, 95), "max": max(values)}
+    row["p95_vs_recall"] = f"{row['p95'] / baseline:.2f}x" if baseline else ""
+    return row
+
+
+async def run(args: argparse.Namespace, admin: str) -> list[dict[str, Any]]:
+    async with database(admin, "turn") as memory:
+        await add_facts(memory, RESOURCE)
+        for offset in range(0, args.memories, 2_000):
+            count = min(2_000, args.memories - offset)
+            await memory.retain_episodes(RESOURCE, turns(f"turn:{offset}", count))
+        async with memory.pool.connection() as conn:
+            await conn.execute(
+                "VACUUM (ANALYZE) popagent_memories, popagent_lexeme_stats, popagent_resource_stats"
+            )
+        asked = [q for q, _ in queries("turn-questions", 2 * (args.turns + 20), 0)]
+
+        recall_ms: list[float] = []
+        for q in asked[: args.turns + 20]:
+            start = time.perf_counter()
+            await memory.recall(RESOURCE, q)
+            recall_ms.append((time.perf_counter() - start) * 1000)
+        recall_ms = recall_ms[20:]
+
+        rows = [summary("recall alone (baseline)", recall_ms)]
+        with ScriptedModelServer() as server:
+            settings = ModelSettings(base_url=server.base_url, api_key=None, model="scripted")
+            async with OpenAIChatModel(settings) as model:
+                agent = Agent(memory, ThreadStore(memory.pool), model)
+                for kind in ("plain", "remember"):
+                    timings: dict[str, list[float]] = {"overhead": [], "model": [], "total": []}
+                    for i, q in enumerate(asked[: args.turns + 20]):
+                        if kind == "remember":
+                            fact = {
+                                "content": f"Prefers option {i} for the trip",
+                                "key": "trip.pref",
+                            }
+                            server.script(CallTools([("remember", fact)]), Reply(REPLY))
+                        else:
+                            server.script(Reply(REPLY))
+                        result = await agent.run_turn(
+                            RESOURCE, f"{kind}-{i % 10}", q, now=datetime.now(UTC)
+                        )
+                        if i >= 20:
+                            timings["overhead"].append(result.timings.overhead_ms)
+                            timings["model"].append(result.timings.model_ms)
+                            timings["total"].append(result.timings.total_ms)
+                    base = rows[0]["p95"]
+                    rows.append(summary(f"{kind}: overhead", timings["overhead"], base))
+                    rows.append(summary(f"{kind}: model (scripted HTTP)", timings["model"]))
+                    rows.append(summary(f"{kind}: whole turn", timings["total"]))
+        return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--memories", type=int, default=10_000, help="episodes in the resource")
+    parser.add_argument("--turns", type=int, default=200, help="timed turns of each kind")
+    args = parser.parse_args()
+    started, admin = time.perf_counter(), os.environ.get("POPAGENT_DATABASE_URL")
+    server, tmp = None, tempfile.mkdtemp(prefix="popagent-bench-")
+    try:
+        if not admin:
+            server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
+            admin = server.url
+        rows = asyncio.run(run(args, admin))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    title = f"Turn overhead with {args.memories:,} episodes + 20 facts in the resource (ms)"
+    table(title, "measure n p50 p95 max p95_vs_recall", rows)
+    worst = max(r["p95"] for r in rows if r["measure"].endswith("overhead"))
+    print(f"\n  {'met ' if worst <= 25 else 'MISS'} turn overhead p95 <= 25 ms: {worst:.2f}")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The agent layer: the turn pipeline, its tools, hooks and audit trail.
+
+::
+
+    agent = Agent(memory, ThreadStore(memory.pool), OpenAIChatModel(settings), secrets=secrets)
+    result = await agent.run_turn("popagent-user", "session-1", "I prefer dark mode")
+
+Imports point downward: this package uses ``memory``, ``threads``, ``secrets``,
+``llm`` and ``store``; nothing below it imports it.
+"""
+
+from .audit import AuditHook, AuditLog
+from .guidance import SUPERVISOR_GUIDANCE
+from .history import HistoryRequest, HistorySource, RecentMessages, to_chat_messages
+from .hooks import (
+    Hook,
+    HookSet,
+    ModelCallEnd,
+    ModelCallStart,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from .prompt import assemble_prompt
+from .remember import RememberTool
+from .runner import ToolRunner
+from .scrubber import SecretScrubber
+from .secret_tools import DeleteSecretTool, ListSecretsTool, SetSecretTool, secret_tools
+from .tools import Tool, ToolContext, ToolOutcome, check_arguments
+from .turn import Agent, ToolCallRecord, TurnResult, TurnTimings
+
+__all__ = [
+    "SUPERVISOR_GUIDANCE",
+    "Agent",
+    "AuditHook",
+    "AuditLog",
+    "DeleteSecretTool",
+    "HistoryRequest",
+    "HistorySource",
+    "Hook",
+    "HookSet",
+    "ListSecretsTool",
+    "ModelCallEnd",
+    "ModelCallStart",
+    "RecentMessages",
+    "RememberTool",
+    "SecretScrubber",
+    "SetSecretTool",
+    "Tool",
+    "ToolCallEnd",
+    "ToolCallRecord",
+    "ToolCallStart",
+    "ToolContext",
+    "ToolOutcome",
+    "ToolRunner",
+    "TurnResult",
+    "TurnTimings",
+    "assemble_prompt",
+    "check_arguments",
+    "secret_tools",
+    "to_chat_messages",
+]

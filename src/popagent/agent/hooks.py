@@ -1,0 +1,162 @@
+"""Hooks around every model call and every tool call, and the events they receive.
+
+Invariants:
+- Events are small frozen values holding names, ids, counts, sizes, timing,
+  the outcome and an exception's class name, and nothing else: no message
+  text, memory content, recalled text, argument values, error messages or
+  secrets. A hook cannot leak what it is never given.
+- Names that come from the model (a tool name, argument names) pass through
+  ``safe_name`` first: anything that is not a short identifier is recorded as
+  ``"<invalid>"``, so content smuggled into a name never reaches a hook.
+- Hooks observe; they cannot change or stop a call. ``HookSet`` calls every
+  hook in order, and one that raises is logged (its class name only) and
+  skipped: a broken hook never fails a turn.
+- Every ``before_*`` is followed by exactly one ``after_*`` with the same
+  ``call_id``, also when the call raised or was cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from ..models import Outcome
+
+__all__ = [
+    "INVALID_NAME",
+    "Hook",
+    "HookSet",
+    "ModelCallEnd",
+    "ModelCallStart",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "new_call_id",
+    "safe_name",
+]
+
+log = logging.getLogger(__name__)
+
+INVALID_NAME = "<invalid>"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def safe_name(name: str) -> str:
+    """``name`` when it is a plain identifier of at most 64 characters, else ``"<invalid>"``."""
+    return name if _NAME.fullmatch(name) else INVALID_NAME
+
+
+def new_call_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallStart:
+    """A model call about to be made: ``message_count`` messages of ``input_chars``
+    characters in all, with ``tool_count`` tools offered; ``round`` counts the
+    turn's model calls from 1."""
+
+    call_id: str
+    resource_id: str
+    session_id: str | None
+    model: str
+    round: int
+    message_count: int
+    input_chars: int
+    tool_count: int
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallEnd:
+    """How a model call ended; ``output_chars`` counts the reply's text and tool-call arguments."""
+
+    start: ModelCallStart
+    outcome: Outcome
+    duration_ms: float
+    output_chars: int = 0
+    tool_call_count: int = 0
+    error_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A tool call about to run; ``input_chars`` is the size of its raw arguments."""
+
+    call_id: str
+    resource_id: str
+    session_id: str | None
+    tool: str
+    argument_names: tuple[str, ...]
+    input_chars: int
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    """How a tool call ended; ``output_chars`` is the size of the result the model reads."""
+
+    start: ToolCallStart
+    outcome: Outcome
+    duration_ms: float
+    output_chars: int = 0
+    error_type: str | None = None
+
+
+class Hook(Protocol):
+    """Called before and after every model call and tool call (see module doc)."""
+
+    async def before_model_call(self, event: ModelCallStart) -> None: ...
+
+    async def after_model_call(self, event: ModelCallEnd) -> None: ...
+
+    async def before_tool_call(self, event: ToolCallStart) -> None: ...
+
+    async def after_tool_call(self, event: ToolCallEnd) -> None: ...
+
+
+class HookSet:
+    """Several hooks called as one, in order, each isolated from the others' failures."""
+
+    def __init__(self, hooks: Sequence[Hook] = ()) -> None:
+        self.hooks: tuple[Hook, ...] = tuple(hooks)
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks)
+
+    async def before_model_call(self, event: ModelCallStart) -> None:
+        for hook in self.hooks:
+            try:
+                await hook.before_model_call(event)
+            except Exception as exc:
+                _log_failure(hook, "before_model_call", exc)
+
+    async def after_model_call(self, event: ModelCallEnd) -> None:
+        for hook in self.hooks:
+            try:
+                await hook.after_model_call(event)
+            except Exception as exc:
+                _log_failure(hook, "after_model_call", exc)
+
+    async def before_tool_call(self, event: ToolCallStart) -> None:
+        for hook in self.hooks:
+            try:
+                await hook.before_tool_call(event)
+            except Exception as exc:
+                _log_failure(hook, "before_tool_call", exc)
+
+    async def after_tool_call(self, event: ToolCallEnd) -> None:
+        for hook in self.hooks:
+            try:
+                await hook.after_tool_call(event)
+            except Exception as exc:
+                _log_failure(hook, "after_tool_call", exc)
+
+
+def _log_failure(hook: Hook, where: str, exc: Exception) -> None:
+    # The class name only: an exception message can quote what the hook handled.
+    log.warning("hook %s.%s failed: %s", type(hook).__name__, where, type(exc).__name__)

@@ -1,0 +1,106 @@
+"""``Transcript``: the messages one turn writes to its session's exact history.
+
+Invariants:
+- Every message is scrubbed with the turn's known secret values before it is
+  written: its text, and the strings of its parts (tool-call arguments are
+  scrubbed as JSON, so an escaped value is found too).
+- When the turn learns a new secret value (``set_secret``, ``reveal_secret``),
+  ``rescrub`` rewrites the messages this turn already wrote, so the user
+  message that carried the value keeps it nowhere. Messages of earlier turns
+  are not rewritten: they were scrubbed with what their own turn knew.
+- Tool calls are stored as ``tool_call`` parts on the assistant message and
+  each result as a ``tool`` message with one ``tool_result`` part naming the
+  call it answers and its outcome, so the history step can rebuild the
+  conversation exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..llm.protocol import ChatMessage, ToolCall
+from ..models import Message, Outcome, Role
+from ..store import threads as thread_sql
+from ..store.database import Pool
+from ..threads import ThreadStore
+from .scrubber import SecretScrubber
+
+__all__ = ["Transcript"]
+
+
+class Transcript:
+    """Appends a turn's messages, scrubbed, and keeps them scrubbed as the turn learns."""
+
+    def __init__(
+        self,
+        threads: ThreadStore,
+        pool: Pool,
+        resource_id: str,
+        session_id: str,
+        scrubber: SecretScrubber,
+    ) -> None:
+        self._threads = threads
+        self._pool = pool
+        self.resource_id = resource_id
+        self.session_id = session_id
+        self._scrubber = scrubber
+        self._written: list[Message] = []
+        self._scrubbed_at = scrubber.version
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """What this turn wrote so far, as stored."""
+        return tuple(self._written)
+
+    async def add_user(self, text: str) -> Message:
+        return await self._append("user", text, [])
+
+    async def add_assistant(self, message: ChatMessage) -> Message:
+        parts = [
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in message.tool_calls
+        ]
+        return await self._append("assistant", message.content or "", parts)
+
+    async def add_tool_result(self, call: ToolCall, text: str, outcome: Outcome) -> Message:
+        part = {"type": "tool_result", "tool_call_id": call.id, "name": call.name}
+        return await self._append("tool", text, [{**part, "outcome": outcome}])
+
+    async def rescrub(self) -> int:
+        """Rewrite this turn's messages if a secret value was learnt since; return how many."""
+        if self._scrubber.version == self._scrubbed_at:
+            return 0
+        self._scrubbed_at = self._scrubber.version
+        rewrites: list[tuple[int, str, list[dict[str, Any]]]] = []
+        for i, message in enumerate(self._written):
+            content = self._scrubber.scrub(message.content)
+            parts = self._scrub_parts(list(message.parts))
+            if content != message.content or parts != list(message.parts):
+                rewrites.append((message.id, content, parts))
+                self._written[i] = replace(message, content=content, parts=tuple(parts))
+        if rewrites:
+            async with self._pool.connection() as conn, conn.transaction():
+                await thread_sql.rewrite_messages(conn, self.resource_id, self.session_id, rewrites)
+        return len(rewrites)
+
+    async def _append(self, role: Role, content: str, parts: list[dict[str, Any]]) -> Message:
+        stored = await self._threads.append_message(
+            self.resource_id,
+            self.session_id,
+            role,
+            self._scrubber.scrub(content),
+            parts=self._scrub_parts(parts),
+        )
+        self._written.append(stored)
+        return stored
+
+    def _scrub_parts(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        scrubbed: list[dict[str, Any]] = []
+        for part in parts:
+            arguments = part.get("arguments")
+            clean = dict(self._scrubber.scrub_json(part))
+            if part.get("type") == "tool_call" and isinstance(arguments, str):
+                clean["arguments"] = self._scrubber.scrub_json_text(arguments)
+            scrubbed.append(clean)
+        return scrubbed

@@ -1,0 +1,349 @@
+"""``Agent.run_turn``: one turn of a chat, from the user's text to a stored episode.
+
+The steps, each its own small piece so a later issue can swap one out::
+
+    validate → load known secret values → ensure the session → store the user message
+    → recall (this resource only) → render → history step (``HistorySource``)
+    → assemble the prompt → model ⇄ tools (bounded) → store every assistant and tool message
+    → store one episode
+
+Invariants:
+- Recall, tools and writes act on the ``resource_id`` and ``session_id`` the
+  caller passed, never on ones the model names.
+- Every model call and tool call is wrapped in the agent's hooks (by default
+  ``AuditHook``, which writes content-free audit rows).
+- Everything the turn stores (messages, tool results, the episode) and every
+  tool result it shows the model is scrubbed of the secret values it knows:
+  the resource's live secrets (loaded once, only with a secret store) plus
+  any revealed or set during the turn. Learning a value rewrites the turn's
+  already-stored messages.
+- At most ``max_tool_rounds`` model calls; tool calls in the last one are
+  stored but not run (no model call would read their results). A turn whose model call fails
+  (``ModelError``, after the client's own retries) or that is still calling
+  tools at the limit raises ``TurnFailedError`` and stores no episode. What
+  it already wrote to the session stays: the user did say it, and the next
+  turn's history should show it. A successful turn with non-empty user and
+  assistant text stores exactly one episode.
+- Turns of one session are expected to run one at a time (the chat UI's own
+  rhythm); concurrent turns of one session would interleave their messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..checks import check_id, check_limit, check_text
+from ..errors import TurnFailedError, ValidationError
+from ..llm.protocol import ChatMessage, ChatModel, Completion, ModelError, TextCallback, ToolSpec
+from ..memory.longterm import LongTermMemory
+from ..memory.render import render
+from ..memory.validation import QUERY_CAP
+from ..models import Memory, Outcome, RecallResult
+from ..secrets import SecretStore
+from ..threads import ThreadStore
+from ..threads.service import MESSAGE_CAP
+from .audit import AuditHook
+from .history import HistoryRequest, HistorySource, RecentMessages
+from .hooks import Hook, HookSet, ModelCallEnd, ModelCallStart, new_call_id
+from .prompt import assemble_prompt
+from .remember import RememberTool
+from .runner import ToolRunner
+from .scrubber import SecretScrubber
+from .secret_tools import secret_tools
+from .tools import Tool, ToolContext
+from .transcript import Transcript
+
+__all__ = ["MAX_TOOL_ROUNDS_CAP", "Agent", "ToolCallRecord", "TurnResult", "TurnTimings"]
+
+MAX_TOOL_ROUNDS_CAP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One tool call of a turn: the name the model called and how it ended."""
+
+    name: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTimings:
+    """Where a turn's time went, in milliseconds.
+
+    ``model_ms`` is the time spent inside model calls (with streaming, the
+    ``on_text`` callbacks too); ``overhead_ms`` is everything else, what
+    popagent adds to the turn; ``recall_ms`` (recall and rendering) is part of it.
+    """
+
+    recall_ms: float
+    model_ms: float
+    overhead_ms: float
+    total_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a completed turn produced.
+
+    ``reply`` is the final assistant text; ``memory_block`` the rendered
+    recalled memories the model saw ('' when nothing was recalled);
+    ``episode`` the stored episode (``None`` when a side was empty).
+    """
+
+    session_id: str
+    reply: str
+    recalled: tuple[RecallResult, ...]
+    memory_block: str
+    episode: Memory | None
+    tool_calls: tuple[ToolCallRecord, ...]
+    model_calls: int
+    timings: TurnTimings
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a turn counts as it goes."""
+
+    model_calls: int = 0
+    model_ms: float = 0.0
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+
+
+def _check_user_text(value: object) -> str:
+    text = check_text("user_text", value)
+    if not text.strip():
+        raise ValidationError("user_text", "must not be empty")
+    if len(text) > MESSAGE_CAP:
+        raise ValidationError("user_text", f"must be at most {MESSAGE_CAP} characters")
+    return text
+
+
+def _check_now(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValidationError("now", "must be a timezone-aware datetime")
+    return value
+
+
+def _chars(messages: Sequence[ChatMessage]) -> int:
+    return sum(
+        len(m.content or "") + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+        for m in messages
+    )
+
+
+class Agent:
+    """Runs chat turns with long-term memory, thread history, tools and hooks.
+
+    Built-in tools: ``remember`` always; ``set_secret``, ``list_secrets`` and
+    ``delete_secret`` when ``secrets`` is given; then ``tools``, the
+    application's own (names must be unique). ``hooks`` defaults to one
+    ``AuditHook``; pass ``[]`` for none. ``history`` defaults to
+    ``RecentMessages()``.
+    """
+
+    def __init__(
+        self,
+        memory: LongTermMemory,
+        threads: ThreadStore,
+        model: ChatModel,
+        *,
+        secrets: SecretStore | None = None,
+        tools: Sequence[Tool] = (),
+        hooks: Sequence[Hook] | None = None,
+        recall_limit: int = 8,
+        history: HistorySource | None = None,
+        max_tool_rounds: int = 8,
+    ) -> None:
+        self.memory = memory
+        self.threads = threads
+        self.model = model
+        self.secrets = secrets
+        self.recall_limit = check_limit(recall_limit, "recall_limit")
+        self.max_tool_rounds = check_limit(max_tool_rounds, "max_tool_rounds", MAX_TOOL_ROUNDS_CAP)
+        self.history: HistorySource = history if history is not None else RecentMessages()
+        self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
+        builtin: list[Tool] = [RememberTool()]
+        if secrets is not None:
+            builtin.extend(secret_tools())
+        self.runner = ToolRunner([*builtin, *tools], self.hooks)
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        return self.runner.specs
+
+    async def run_turn(
+        self,
+        resource_id: str,
+        session_id: str,
+        user_text: str,
+        *,
+        on_text: TextCallback | None = None,
+        now: datetime | None = None,
+    ) -> TurnResult:
+        """Run one turn (see the module doc for the steps and guarantees).
+
+        ``on_text`` streams the assistant's text as it comes (of every model
+        call, text before tool calls included); the result is the same as
+        without it, and what ``on_text`` raises propagates unchanged.
+        ``TurnResult.reply`` is the model's text as written: it is shown, not
+        stored, so it is not scrubbed (the stored message and episode are).
+        ``now`` (timezone-aware) is the turn's time for recency and the
+        episode's creation time, for imports and benchmarks.
+        Raises ``ValidationError`` for bad input (before anything is written)
+        and ``TurnFailedError`` when the model fails or will not stop calling tools.
+        """
+        began = time.perf_counter()
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        user_text = _check_user_text(user_text)
+        now = _check_now(now)
+
+        scrubber = await self._known_secrets(resource_id)
+        await self.threads.ensure_session(resource_id, session_id)
+        transcript = Transcript(self.threads, self.memory.pool, resource_id, session_id, scrubber)
+        user_message = await transcript.add_user(user_text)
+
+        recall_began = time.perf_counter()
+        recalled = await self._recall(resource_id, scrubber.scrub(user_text), now)
+        memory_block = render(recalled)
+        recall_ms = (time.perf_counter() - recall_began) * 1000
+
+        history = await self.history.load(
+            HistoryRequest(resource_id, session_id, user_message.id, self.memory.pool)
+        )
+        messages = assemble_prompt(memory_block, history, user_text)
+        ctx = ToolContext(resource_id, session_id, self.memory, self.secrets, scrubber)
+        tally = _Tally()
+        try:
+            reply = await self._converse(ctx, transcript, messages, on_text, tally)
+        finally:
+            await transcript.rescrub()
+
+        episode = await self.memory.retain_episode(
+            resource_id,
+            session_id,
+            scrubber.scrub(user_text),
+            scrubber.scrub(reply),
+            created_at=now,
+        )
+        total_ms = (time.perf_counter() - began) * 1000
+        return TurnResult(
+            session_id=session_id,
+            reply=reply,
+            recalled=tuple(recalled),
+            memory_block=memory_block,
+            episode=episode,
+            tool_calls=tuple(tally.tool_calls),
+            model_calls=tally.model_calls,
+            timings=TurnTimings(
+                recall_ms=recall_ms,
+                model_ms=tally.model_ms,
+                overhead_ms=total_ms - tally.model_ms,
+                total_ms=total_ms,
+            ),
+        )
+
+    # --- steps ----------------------------------------------------------------------------
+
+    async def _known_secrets(self, resource_id: str) -> SecretScrubber:
+        """The resource's live secret values, to scrub with (one query, only with a store)."""
+        if self.secrets is None:
+            return SecretScrubber()
+        return SecretScrubber(await self.secrets.values_for_scrubbing(resource_id))
+
+    async def _recall(
+        self, resource_id: str, user_text: str, now: datetime | None
+    ) -> list[RecallResult]:
+        # Recall takes a bounded query; the start of a very long message stands for it.
+        query = user_text.strip()[:QUERY_CAP]
+        return await self.memory.recall(resource_id, query, limit=self.recall_limit, now=now)
+
+    async def _converse(
+        self,
+        ctx: ToolContext,
+        transcript: Transcript,
+        messages: list[ChatMessage],
+        on_text: TextCallback | None,
+        tally: _Tally,
+    ) -> str:
+        """Model calls and tool calls until the model answers without tools; the answer."""
+        specs = self.runner.specs
+        for round_number in range(1, self.max_tool_rounds + 1):
+            try:
+                completion = await self._call_model(
+                    ctx, messages, specs, on_text, round_number, tally
+                )
+            except ModelError as exc:
+                raise TurnFailedError(f"the model call failed: {exc.message}", cause=exc) from exc
+            reply = completion.message
+            await transcript.add_assistant(reply)
+            if not reply.tool_calls:
+                return reply.content or ""
+            if round_number == self.max_tool_rounds:
+                # No model call would read these results: running the tools
+                # would only be side effects nobody asked to see.
+                break
+            messages.append(reply)
+            for call in reply.tool_calls:
+                outcome = await self.runner.call(ctx, call.name, call.arguments)
+                tally.tool_calls.append(ToolCallRecord(call.name, outcome.outcome))
+                await transcript.add_tool_result(call, outcome.text, outcome.outcome)
+                messages.append(
+                    ChatMessage("tool", outcome.text, tool_call_id=call.id, name=call.name)
+                )
+            await transcript.rescrub()
+        raise TurnFailedError(
+            f"the model was still calling tools after {self.max_tool_rounds} model calls "
+            "(max_tool_rounds); the last calls were not run and the turn stopped without a reply"
+        )
+
+    async def _call_model(
+        self,
+        ctx: ToolContext,
+        messages: Sequence[ChatMessage],
+        specs: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+        round_number: int,
+        tally: _Tally,
+    ) -> Completion:
+        """One model call between ``before_model_call`` and ``after_model_call``."""
+        start = ModelCallStart(
+            call_id=new_call_id(),
+            resource_id=ctx.resource_id,
+            session_id=ctx.session_id,
+            model=self.model.model,
+            round=round_number,
+            message_count=len(messages),
+            input_chars=_chars(messages),
+            tool_count=len(specs),
+            started_at=datetime.now(UTC),
+        )
+        await self.hooks.before_model_call(start)
+        began = time.perf_counter()
+        completion: Completion | None = None
+        error_type: str | None = None
+        try:
+            completion = await self.model.complete(messages, tools=specs, on_text=on_text)
+            return completion
+        except BaseException as exc:
+            error_type = type(exc).__name__
+            raise
+        finally:
+            elapsed_ms = (time.perf_counter() - began) * 1000
+            tally.model_calls += 1
+            tally.model_ms += elapsed_ms
+            await self.hooks.after_model_call(
+                ModelCallEnd(
+                    start=start,
+                    outcome="ok" if completion is not None else "error",
+                    duration_ms=elapsed_ms,
+                    output_chars=_chars([completion.message]) if completion is not None else 0,
+                    tool_call_count=len(completion.message.tool_calls) if completion else 0,
+                    error_type=error_type,
+                )
+            )

@@ -1,0 +1,294 @@
+"""Tools in turns: ``remember`` wiring and refusals, unknown tools, bad arguments, the loop bound."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import popagent
+from popagent.agent import (
+    Agent,
+    AuditHook,
+    AuditLog,
+    RememberTool,
+    ToolCallRecord,
+    ToolContext,
+    ToolRunner,
+    check_arguments,
+)
+from popagent.agent.remember import REMEMBER_SPEC
+from popagent.errors import TurnFailedError
+from popagent.llm import OpenAIChatModel
+from popagent.secrets import SecretStore
+from popagent.threads import ThreadStore
+from tests.agent_support import CountingTool, offered_tools, tool_results
+from tests.scripted_model import CallTools, Reply, ScriptedModelServer
+
+TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+async def test_remember_ignores_a_model_supplied_resource_and_writes_nothing(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+    other_resource: str,
+) -> None:
+    agent = Agent(memory, threads, chat_model)
+    scripted.script(
+        CallTools([("remember", {"content": "Likes jazz", "resource_id": other_resource})]),
+        Reply("Sorry, that did not work."),
+    )
+    result = await agent.run_turn(resource, "s1", "I like jazz")
+    assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
+    (text,) = tool_results(scripted.requests[-1])
+    assert text.startswith("Refused, the tool did not run: unknown argument 'resource_id'")
+    assert "content, key, importance" in text
+    assert await memory.list_facts(resource) == []
+    assert await memory.list_facts(other_resource) == []
+
+
+async def test_remember_writes_to_the_turns_resource_and_session(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    agent = Agent(memory, threads, chat_model)
+    scripted.script(
+        CallTools([("remember", {"content": "Prefers dark mode", "key": "UI.Theme"})]),
+        Reply("Saved."),
+        CallTools([("remember", {"content": "Prefers light mode", "key": "ui.theme"})]),
+        Reply("Updated."),
+        CallTools([("remember", {"content": "Prefers   light mode ", "key": "ui.theme"})]),
+        Reply("Already known."),
+    )
+    await agent.run_turn(resource, "first-chat", "I prefer dark mode")
+    (created,) = await memory.list_facts(resource)
+    assert (created.key, created.session_id) == ("ui.theme", "first-chat")
+    assert tool_results(scripted.requests[-1]) == [
+        f"Stored: created fact #{created.id} with key 'ui.theme': Prefers dark mode"
+    ]
+
+    await agent.run_turn(resource, "second-chat", "Actually, light mode")
+    (updated,) = await memory.list_facts(resource)
+    assert updated.id == created.id
+    assert (updated.content, updated.session_id) == ("Prefers light mode", "second-chat")
+    assert tool_results(scripted.requests[-1]) == [
+        f"Stored: updated fact #{created.id} with key 'ui.theme'; it replaces the previous "
+        "value: Prefers light mode"
+    ]
+
+    await agent.run_turn(resource, "second-chat", "Light mode, as I said")
+    assert tool_results(scripted.requests[-1])[-1] == (
+        f"Unchanged: fact #{created.id} with key 'ui.theme' already holds this: Prefers light mode"
+    )
+    assert len(await memory.list_facts(resource)) == 1
+
+
+async def test_remember_refuses_a_credential_and_says_why(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    scripted.script(
+        CallTools([("remember", {"content": f"GitHub token is {TOKEN}"})]),
+        Reply("I will not store that as a memory."),
+    )
+    result = await Agent(memory, threads, chat_model).run_turn(
+        resource, "s1", "Remember my GitHub token please"
+    )
+    assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
+    (text,) = tool_results(scripted.requests[-1])
+    assert text.startswith("Refused, nothing was stored: content: looks like it contains a")
+    assert "credential (api_key)" in text and "secret store" in text
+    assert TOKEN not in text
+    assert await memory.list_facts(resource) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"content": ""}, "argument 'content' must be at least 1 characters"),
+        ({"content": "x" * 2001}, "argument 'content' must be at most 2000 characters (got 2001)"),
+        ({"content": "Likes tea", "importance": 1.5}, "argument 'importance' must be at most 1"),
+        ({"content": "Likes tea", "importance": True}, "argument 'importance' must be a number"),
+        ({"content": 42}, "argument 'content' must be a string"),
+        ({"key": "drink"}, "missing required argument 'content'"),
+    ],
+)
+async def test_remember_arguments_are_checked_before_it_runs(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+    arguments: dict[str, Any],
+    reason: str,
+) -> None:
+    scripted.script(CallTools([("remember", arguments)]), Reply("Hm."))
+    result = await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
+    assert tool_results(scripted.requests[-1]) == [f"Refused, the tool did not run: {reason}."]
+    assert await memory.list_facts(resource) == []
+
+
+async def test_validation_beyond_the_schema_is_the_write_paths_own(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    # Whitespace-only content passes the schema but not the fact rules.
+    scripted.script(CallTools([("remember", {"content": "   ", "key": "a key"})]), Reply("Hm."))
+    await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    assert tool_results(scripted.requests[-1]) == [
+        "Refused, nothing was stored: content: is required and must not be empty"
+    ]
+
+
+async def test_unknown_tool_and_invalid_json_become_results_not_failures(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    scripted.script(
+        CallTools(
+            [
+                ("fly_to_moon", {"when": "now"}),
+                ("remember", '{"content": "Likes tea"'),
+                ("remember", "[1, 2]"),
+            ]
+        ),
+        Reply("Those did not work."),
+    )
+    result = await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    assert result.reply == "Those did not work."
+    assert result.tool_calls == (
+        ToolCallRecord("fly_to_moon", "error"),
+        ToolCallRecord("remember", "refused"),
+        ToolCallRecord("remember", "refused"),
+    )
+    unknown, invalid, not_object = tool_results(scripted.requests[-1])
+    assert unknown == "Error: there is no tool named 'fly_to_moon' (available tools: remember)."
+    assert invalid.startswith("Refused, the tool did not run: the arguments are not valid JSON")
+    assert not_object == (
+        "Refused, the tool did not run: the arguments must be a JSON object, not list."
+    )
+    assert await memory.list_facts(resource) == []
+    assert result.episode is not None
+
+
+async def test_tool_loop_is_bounded(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    ping = CountingTool()
+    agent = Agent(memory, threads, chat_model, tools=[ping], max_tool_rounds=3)
+    scripted.script(*[CallTools([("ping", {})]) for _ in range(3)])
+    with pytest.raises(TurnFailedError, match="still calling tools after 3 model calls") as caught:
+        await agent.run_turn(resource, "s1", "ping forever")
+    assert caught.value.cause is None
+    assert len(scripted.requests) == 3 and scripted.pending == 0
+    assert ping.calls == 2  # the last round's calls are not run: no model call would read them
+    assert await memory.list_episodes(resource) == []
+    stored = await threads.list_messages(resource, "s1")
+    assert [m.role for m in stored] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+    # The next turn of the session still sends a valid conversation: the
+    # unanswered calls of the last round are left out of its history.
+    scripted.script(Reply("Fine."))
+    await Agent(memory, threads, chat_model, tools=[ping]).run_turn(resource, "s1", "stop")
+    messages = [m for m in scripted.requests[-1]["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["call_0", "call_0"]
+
+
+async def test_default_rounds_allow_eight_model_calls(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    ping = CountingTool()
+    agent = Agent(memory, threads, chat_model, tools=[ping])
+    scripted.script(*[CallTools([("ping", {})]) for _ in range(7)], Reply("Done pinging."))
+    result = await agent.run_turn(resource, "s1", "ping seven times")
+    assert (result.model_calls, ping.calls, result.reply) == (8, 7, "Done pinging.")
+
+
+async def test_secret_tools_are_offered_only_with_a_secret_store(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    secret_store: SecretStore,
+    resource: str,
+) -> None:
+    scripted.script(Reply("a"), Reply("b"))
+    await Agent(memory, threads, chat_model, tools=[CountingTool()]).run_turn(resource, "s1", "hi")
+    await Agent(memory, threads, chat_model, secrets=secret_store).run_turn(resource, "s1", "hi")
+    without, with_store = (offered_tools(r) for r in scripted.requests)
+    assert without == ["remember", "ping"]
+    assert with_store == ["remember", "set_secret", "list_secrets", "delete_secret"]
+    remember_spec = scripted.requests[0]["tools"][0]["function"]
+    assert remember_spec["parameters"]["additionalProperties"] is False
+    assert remember_spec["parameters"]["required"] == ["content"]
+    assert set(remember_spec["parameters"]["properties"]) == {"content", "key", "importance"}
+
+
+async def test_tool_runner_works_outside_a_turn(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    runner = ToolRunner([RememberTool()], [AuditHook(memory.pool)])
+    ctx = ToolContext(resource, None, memory)
+    outcome = await runner.call(ctx, "remember", json.dumps({"content": "Speaks Dutch"}))
+    assert outcome.outcome == "ok"
+    (fact,) = await memory.list_facts(resource)
+    assert (fact.content, fact.session_id) == ("Speaks Dutch", None)
+    parsed = await runner.call(ctx, "remember", {"content": "Speaks Dutch"})
+    assert parsed.text.startswith("Unchanged:")
+    rows = await AuditLog(memory.pool).list_audit(resource)
+    assert [r.hook for r in rows] == ["after_tool_call", "before_tool_call"] * 2
+    assert {r.session_id for r in rows} == {None}
+
+
+def test_check_arguments_names_the_argument_never_the_value() -> None:
+    schema = REMEMBER_SPEC.parameters
+    assert check_arguments(schema, {"content": "x"}) is None
+    assert check_arguments(schema, {"content": "x", "importance": 0}) is None
+    problem = check_arguments(schema, {"content": "x", "password": "hunter22"})
+    assert problem == "unknown argument 'password' (this tool accepts: content, key, importance)"
+    assert check_arguments(schema, {"content": "x", "importance": float("nan")}) == (
+        "argument 'importance' must be a finite number"
+    )
+    assert check_arguments(schema, {"content": "hunter22", "key": 7}) == (
+        "argument 'key' must be a string"
+    )
