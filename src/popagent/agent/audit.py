@@ -6,9 +6,12 @@ Invariants:
   content, recalled text, argument values, error messages and secrets never
   enter a row.
 - Cheap: a call's ``before_*`` row waits in memory and is written together
-  with its ``after_*`` row, one pipelined round trip per call. The price: a
-  process that dies mid-call leaves no row for that call (a cancelled call
-  still gets both, its outcome ``error``).
+  with its ``after_*`` row, in one transaction whose commit does not wait for
+  the WAL flush. The price: a process that dies mid-call leaves no row for
+  that call (a cancelled call still gets both, its outcome ``error``), and a
+  server crash may lose the last fraction of a second of audit rows, as it may
+  lose recall's access counts; never a message, memory or episode, whose
+  commits stay synchronous.
 - Never fails a turn: a failed write is logged (the exception's class and
   SQLSTATE, not its message, which can quote row values) and dropped.
 """
@@ -92,7 +95,8 @@ class AuditHook:
         before = self._pending.pop(call_id, None)
         rows = [before, after] if before is not None else [after]
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(sql.ASYNC_COMMIT)
                 await sql.insert_audit_rows(conn, rows)
         except Exception as exc:
             sqlstate = getattr(exc, "sqlstate", None)

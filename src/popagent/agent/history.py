@@ -7,7 +7,8 @@ tail without touching the rest of the pipeline.
 
 Invariants:
 - A source reads only the turn's own resource and session, and only messages
-  older than the turn's new user message (``before_id``).
+  older than the turn's new user message: the turn asks before storing it
+  (``before_id`` ``None``), or names it (``before_id``).
 - What it returns is always a valid conversation for the wire format: it never
   starts on a tool result, and every assistant tool call it keeps has its
   result right after it. Calls whose results are missing (a turn that failed
@@ -30,12 +31,13 @@ __all__ = ["HistoryRequest", "HistorySource", "RecentMessages", "to_chat_message
 
 @dataclass(frozen=True, slots=True)
 class HistoryRequest:
-    """What a history step gets: the turn's session, the id of its new user message
-    (history is strictly older), and the pool to read with."""
+    """What a history step gets: the turn's session, the pool to read with, and
+    ``before_id``: history is strictly older than that message; ``None`` means
+    all stored messages (the turn asks before storing its user message)."""
 
     resource_id: str
     session_id: str
-    before_id: int
+    before_id: int | None
     pool: Pool
 
 

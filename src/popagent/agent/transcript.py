@@ -54,7 +54,8 @@ class Transcript:
         return tuple(self._written)
 
     async def add_user(self, text: str) -> Message:
-        return await self._append("user", text, [])
+        """The turn's user message; creates the session if it is new."""
+        return await self._append("user", text, [], create_session=True)
 
     async def add_assistant(self, message: ChatMessage) -> Message:
         parts = [
@@ -84,13 +85,21 @@ class Transcript:
                 await thread_sql.rewrite_messages(conn, self.resource_id, self.session_id, rewrites)
         return len(rewrites)
 
-    async def _append(self, role: Role, content: str, parts: list[dict[str, Any]]) -> Message:
+    async def _append(
+        self,
+        role: Role,
+        content: str,
+        parts: list[dict[str, Any]],
+        *,
+        create_session: bool = False,
+    ) -> Message:
         stored = await self._threads.append_message(
             self.resource_id,
             self.session_id,
             role,
             self._scrubber.scrub(content),
             parts=self._scrub_parts(parts),
+            create_session=create_session,
         )
         self._written.append(stored)
         return stored

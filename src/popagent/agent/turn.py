@@ -2,10 +2,11 @@
 
 The steps, each its own small piece so a later issue can swap one out::
 
-    validate → load known secret values → ensure the session → store the user message
-    → recall (this resource only) → render → history step (``HistorySource``)
-    → assemble the prompt → model ⇄ tools (bounded) → store every assistant and tool message
-    → store one episode
+    validate → load known secret values
+    → history step (``HistorySource``) → store the user message (creating the session)
+      and, beside them on another connection, recall (this resource only)
+    → render → assemble the prompt → model ⇄ tools (bounded), storing every assistant
+      and tool message → store the final answer and, beside it, one episode
 
 Invariants:
 - Recall, tools and writes act on the ``resource_id`` and ``session_id`` the
@@ -30,6 +31,8 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,7 +78,8 @@ class TurnTimings:
 
     ``model_ms`` is the time spent inside model calls (with streaming, the
     ``on_text`` callbacks too); ``overhead_ms`` is everything else, what
-    popagent adds to the turn; ``recall_ms`` (recall and rendering) is part of it.
+    popagent adds to the turn; ``recall_ms`` is recall alone, which runs beside
+    the thread writes, so it overlaps the rest of the overhead.
     """
 
     recall_ms: float
@@ -204,32 +208,42 @@ class Agent:
         now = _check_now(now)
 
         scrubber = await self._known_secrets(resource_id)
-        await self.threads.ensure_session(resource_id, session_id)
         transcript = Transcript(self.threads, self.memory.pool, resource_id, session_id, scrubber)
-        user_message = await transcript.add_user(user_text)
-
-        recall_began = time.perf_counter()
-        recalled = await self._recall(resource_id, scrubber.scrub(user_text), now)
+        # Recall reads long-term memory only, so it runs beside the thread
+        # writes and the history read (each on its own pooled connection).
+        recall = asyncio.ensure_future(self._recall(resource_id, scrubber.scrub(user_text), now))
+        try:
+            # History first: everything stored so far precedes the new message.
+            history = await self.history.load(
+                HistoryRequest(resource_id, session_id, None, self.memory.pool)
+            )
+            await transcript.add_user(user_text)
+        except BaseException:
+            recall.cancel()
+            with contextlib.suppress(BaseException):
+                await recall
+            raise
+        recalled, recall_ms = await recall
         memory_block = render(recalled)
-        recall_ms = (time.perf_counter() - recall_began) * 1000
 
-        history = await self.history.load(
-            HistoryRequest(resource_id, session_id, user_message.id, self.memory.pool)
-        )
         messages = assemble_prompt(memory_block, history, user_text)
         ctx = ToolContext(resource_id, session_id, self.memory, self.secrets, scrubber)
         tally = _Tally()
         try:
-            reply = await self._converse(ctx, transcript, messages, on_text, tally)
+            final = await self._converse(ctx, transcript, messages, on_text, tally)
         finally:
             await transcript.rescrub()
-
-        episode = await self.memory.retain_episode(
-            resource_id,
-            session_id,
-            scrubber.scrub(user_text),
-            scrubber.scrub(reply),
-            created_at=now,
+        reply = final.content or ""
+        # The final answer and the episode are independent writes: made together.
+        _stored, episode = await asyncio.gather(
+            transcript.add_assistant(final),
+            self.memory.retain_episode(
+                resource_id,
+                session_id,
+                scrubber.scrub(user_text),
+                scrubber.scrub(reply),
+                created_at=now,
+            ),
         )
         total_ms = (time.perf_counter() - began) * 1000
         return TurnResult(
@@ -258,10 +272,13 @@ class Agent:
 
     async def _recall(
         self, resource_id: str, user_text: str, now: datetime | None
-    ) -> list[RecallResult]:
+    ) -> tuple[list[RecallResult], float]:
+        """This resource's memories for the user text, and the milliseconds recall took."""
+        began = time.perf_counter()
         # Recall takes a bounded query; the start of a very long message stands for it.
         query = user_text.strip()[:QUERY_CAP]
-        return await self.memory.recall(resource_id, query, limit=self.recall_limit, now=now)
+        found = await self.memory.recall(resource_id, query, limit=self.recall_limit, now=now)
+        return found, (time.perf_counter() - began) * 1000
 
     async def _converse(
         self,
@@ -270,8 +287,12 @@ class Agent:
         messages: list[ChatMessage],
         on_text: TextCallback | None,
         tally: _Tally,
-    ) -> str:
-        """Model calls and tool calls until the model answers without tools; the answer."""
+    ) -> ChatMessage:
+        """Model calls and tool calls until the model answers without tools; that answer.
+
+        Every message before the answer is stored here; the answer itself is
+        stored by the caller, beside the episode.
+        """
         specs = self.runner.specs
         for round_number in range(1, self.max_tool_rounds + 1):
             try:
@@ -281,9 +302,9 @@ class Agent:
             except ModelError as exc:
                 raise TurnFailedError(f"the model call failed: {exc.message}", cause=exc) from exc
             reply = completion.message
-            await transcript.add_assistant(reply)
             if not reply.tool_calls:
-                return reply.content or ""
+                return reply
+            await transcript.add_assistant(reply)
             if round_number == self.max_tool_rounds:
                 # No model call would read these results: running the tools
                 # would only be side effects nobody asked to see.

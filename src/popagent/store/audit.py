@@ -17,7 +17,14 @@ from typing import Any
 from ..models import AuditRecord
 from .database import Conn
 
-__all__ = ["AUDIT_COLUMNS", "INSERT_AUDIT", "LIST_AUDIT", "insert_audit_rows", "list_audit"]
+__all__ = [
+    "ASYNC_COMMIT",
+    "AUDIT_COLUMNS",
+    "INSERT_AUDIT",
+    "LIST_AUDIT",
+    "insert_audit_rows",
+    "list_audit",
+]
 
 AUDIT_COLUMNS = (
     "id, resource_id, session_id, call_id, hook, tool, model, started_at, duration_ms, "
@@ -33,6 +40,9 @@ VALUES
      %(started_at)s, %(duration_ms)s, %(outcome)s, %(error_type)s, %(input_chars)s,
      %(output_chars)s, %(message_count)s, %(argument_names)s)
 """
+
+#: For the caller's transaction: its commit does not wait for the WAL flush.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off"
 
 LIST_AUDIT = f"""
 SELECT {AUDIT_COLUMNS} FROM popagent_audit

@@ -76,6 +76,22 @@ VALUES (%(resource_id)s, %(session_id)s, %(role)s, %(content)s, %(parts)s)
 RETURNING {MESSAGE_COLUMNS}
 """
 
+# The same, creating the session when it is missing: one statement, one commit, for
+# a turn's first write. The foreign key is checked at the end of the statement,
+# when the session row the CTE wrote is there.
+INSERT_MESSAGE_ENSURING_SESSION = f"""
+WITH session AS (
+    INSERT INTO popagent_sessions (resource_id, session_id)
+    VALUES (%(resource_id)s, %(session_id)s)
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+    RETURNING resource_id, session_id
+)
+INSERT INTO popagent_messages (resource_id, session_id, role, content, parts)
+SELECT session.resource_id, session.session_id, %(role)s, %(content)s, %(parts)s
+FROM session
+RETURNING {MESSAGE_COLUMNS}
+"""
+
 LIST_MESSAGES = f"""
 SELECT {MESSAGE_COLUMNS} FROM popagent_messages
 WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
@@ -183,18 +199,27 @@ async def append_message(
     role: str,
     content: str,
     parts: list[dict[str, Any]],
-) -> Message:
-    cur = await conn.execute(
-        INSERT_MESSAGE,
-        {
-            "resource_id": resource_id,
-            "session_id": session_id,
-            "role": role,
-            "content": content,
-            "parts": Jsonb(parts),
-        },
-    )
-    row = await cur.fetchone()
+    *,
+    ensure_session: bool = False,
+) -> Message | None:
+    """Append a message; ``None`` when the session does not exist (the foreign key says so).
+
+    With ``ensure_session`` a missing session is created by the same statement.
+    """
+    try:
+        cur = await conn.execute(
+            INSERT_MESSAGE_ENSURING_SESSION if ensure_session else INSERT_MESSAGE,
+            {
+                "resource_id": resource_id,
+                "session_id": session_id,
+                "role": role,
+                "content": content,
+                "parts": Jsonb(parts),
+            },
+        )
+        row = await cur.fetchone()
+    except psycopg.errors.ForeignKeyViolation:
+        return None
     assert row is not None
     return row_to_message(row)
 

@@ -136,8 +136,14 @@ class ThreadStore:
         content: str,
         *,
         parts: Sequence[dict[str, Any]] = (),
+        create_session: bool = False,
     ) -> Message:
-        """Append one message to an existing session's history."""
+        """Append one message to the session's history.
+
+        The session must exist (``NotFoundError``) unless ``create_session``,
+        which creates it in the same statement (a turn may start a chat by
+        naming it).
+        """
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         if role not in get_args(Role):
@@ -146,10 +152,13 @@ class ThreadStore:
         if len(content) > MESSAGE_CAP:
             raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
         checked = _check_parts(parts)
-        async with self._pool.connection() as conn, conn.transaction():
-            if await sql.get_session(conn, resource_id, session_id) is None:
-                raise NotFoundError(f"no session {session_id!r} in this resource")
-            return await sql.append_message(conn, resource_id, session_id, role, content, checked)
+        async with self._pool.connection() as conn:
+            message = await sql.append_message(
+                conn, resource_id, session_id, role, content, checked, ensure_session=create_session
+            )
+        if message is None:
+            raise NotFoundError(f"no session {session_id!r} in this resource")
+        return message
 
     async def list_messages(
         self, resource_id: str, session_id: str, *, after_id: int | None = None, limit: int = 100
