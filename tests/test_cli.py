@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
+from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -111,3 +114,15 @@ def test_episodes_cleanup_and_maintain(cli: CliRunner, database_url: str, res: s
     assert out.exit_code == 0 and "deleted 1 memories" in out.output
     out = invoke(cli, database_url, res, "maintain")
     assert out.exit_code == 0 and "expired" in out.output
+
+
+def test_every_command_is_in_the_readme() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    missing: list[str] = []
+    for name, command in main.commands.items():
+        subcommands = list(command.commands) if isinstance(command, click.Group) else [""]
+        for sub in subcommands:
+            pattern = rf"^popagent {name}\b" + (rf".*\b{sub}\b" if sub else "")
+            if not re.search(pattern, readme, re.M):
+                missing.append(f"popagent {name} {sub}".rstrip())
+    assert missing == []

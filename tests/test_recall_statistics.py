@@ -58,7 +58,9 @@ async def test_every_write_path_keeps_statistics_exact(
             EpisodeTurn("s2", f"gardening tip {i} about tomatoes", f"water early {i}", now)
             for i in range(30)
         ]
-        + [EpisodeTurn("s2", "old chat about sailing", "sailing is fun", now - timedelta(days=120))],
+        + [
+            EpisodeTurn("s2", "old chat about sailing", "sailing is fun", now - timedelta(days=120))
+        ],
     )
     await memory.retain_episodes(other_resource, [EpisodeTurn("s", "tomatoes again", "yes")])
     await assert_statistics_exact(memory, resource, other_resource)

@@ -1,108 +1,17 @@
-"""The ``popagent`` command line: the long-term store from a shell.
-
-Every command works on one resource (``--resource-id``, default
-``popagent-user``, or ``POPAGENT_RESOURCE_ID``) and one database
-(``--database-url`` / ``POPAGENT_DATABASE_URL``, else the embedded server in
-``--data-dir`` / ``POPAGENT_DATA_DIR``). Bad input exits with status 2 and a
-message naming the field; a missing memory or a conflict exits with 1.
-"""
+"""The long-term store from a shell: remember, recall, facts, episodes, cleanup, maintain."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar
-
 import click
 
-from . import connect
-from .errors import ConflictError, NotFoundError, PopagentError, ValidationError
-from .memory.longterm import LongTermMemory
-from .memory.render import render
-from .models import Memory, RecallResult
+from ..memory.render import render
+from ..models import RecallResult
+from .common import Settings, emit_json, memory_line, parse_when, print_memories, run
 
-T = TypeVar("T")
-DEFAULT_RESOURCE = "popagent-user"
+__all__ = ["cleanup", "episodes", "facts", "maintain", "recall", "remember"]
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    database_url: str | None
-    data_dir: str | None
-    resource_id: str
-
-
-def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]]) -> T:
-    """Open the database, run ``action(memory, resource_id)``, map errors to exit codes."""
-    settings: Settings = ctx.obj
-
-    async def main() -> T:
-        async with connect(settings.database_url, data_dir=settings.data_dir, max_size=4) as memory:
-            return await action(memory, settings.resource_id)
-
-    try:
-        return asyncio.run(main())
-    except ValidationError as exc:
-        raise click.UsageError(str(exc)) from exc
-    except (NotFoundError, ConflictError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    except PopagentError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def memory_line(m: Memory) -> str:
-    key = f" key={m.key}" if m.key else ""
-    when = m.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    first = m.content.replace("\n", " ⏎ ")
-    if len(first) > 100:
-        first = first[:99] + "…"
-    return f"{m.id:>7}  {m.kind:<7} {when}  imp={m.importance:.2f}{key}  {first}"
-
-
-def parse_when(value: str | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"not an ISO-8601 date or time: {value!r}", param_hint=field
-        ) from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-@click.group()
-@click.option(
-    "--database-url",
-    envvar="POPAGENT_DATABASE_URL",
-    help="PostgreSQL URL; default: embedded server.",
-)
-@click.option("--data-dir", envvar="POPAGENT_DATA_DIR", help="Embedded server's data directory.")
-@click.option(
-    "--resource-id",
-    envvar="POPAGENT_RESOURCE_ID",
-    default=DEFAULT_RESOURCE,
-    show_default=True,
-    help="The resource whose memory to use.",
-)
-@click.version_option(package_name="popagent")
-@click.pass_context
-def main(
-    ctx: click.Context, database_url: str | None, data_dir: str | None, resource_id: str
-) -> None:
-    """popagent: long-term memory for LLM agents on PostgreSQL."""
-    ctx.obj = Settings(database_url=database_url, data_dir=data_dir, resource_id=resource_id)
-
-
-@main.command()
+@click.command()
 @click.argument("content")
 @click.option("--key", help="Stable semantic key (e.g. ui.theme); replaces that key's fact.")
 @click.option("--importance", type=float, default=0.5, show_default=True, help="In [0, 1].")
@@ -128,7 +37,7 @@ def remember(
         click.echo(f"{result.action} fact {result.memory.id}")
 
 
-@main.command()
+@click.command()
 @click.argument("query")
 @click.option("--limit", type=int, default=8, show_default=True)
 @click.option(
@@ -161,7 +70,7 @@ def recall(
     click.echo(block if block else "No relevant long-term memories.")
 
 
-@main.group()
+@click.group()
 def facts() -> None:
     """List, show, add, edit and delete facts."""
 
@@ -235,7 +144,7 @@ def facts_delete(ctx: click.Context, id: int) -> None:
     click.echo(f"deleted fact {id}")
 
 
-@main.group()
+@click.group()
 def episodes() -> None:
     """List and delete episodes (episodes are immutable)."""
 
@@ -272,7 +181,7 @@ def episodes_delete(ctx: click.Context, id: int) -> None:
     click.echo(f"deleted episode {id}")
 
 
-@main.command()
+@click.command()
 @click.option("--kind", type=click.Choice(["fact", "episode"]), help="Only this kind.")
 @click.option("--older-than", help="Only memories created before this ISO-8601 date.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -290,7 +199,7 @@ def cleanup(ctx: click.Context, kind: str | None, older_than: str | None, yes: b
     click.echo(f"deleted {deleted} memories")
 
 
-@main.command()
+@click.command()
 @click.pass_context
 def maintain(ctx: click.Context) -> None:
     """Apply retention to every resource: 90-day episode age, 5,000 episodes per resource."""
@@ -298,17 +207,3 @@ def maintain(ctx: click.Context) -> None:
     click.echo(
         f"deleted {report.expired_episodes} expired and {report.capped_episodes} over-cap episodes"
     )
-
-
-def print_memories(rows: list[Memory], as_json: bool) -> None:
-    if as_json:
-        emit_json([m.to_json() for m in rows])
-    elif not rows:
-        click.echo("No memories.")
-    else:
-        for m in rows:
-            click.echo(memory_line(m))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The ``popagent`` command line: the long-term store, chat sessions and secrets from a shell.
+
+Every command works on one resource (``--resource-id``, default
+``popagent-user``, or ``POPAGENT_RESOURCE_ID``) and one database
+(``--database-url`` / ``POPAGENT_DATABASE_URL``, else the embedded server in
+``--data-dir`` / ``POPAGENT_DATA_DIR``). Bad input exits with status 2 and a
+message naming the field; a missing memory, session or secret, or a conflict,
+exits with 1.
+
+Layout: ``common`` (settings, the database, exit codes, output), ``memory``
+(remember, recall, facts, episodes, cleanup, maintain), ``chat``, ``sessions``,
+``secrets``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .chat import chat_command
+from .common import DEFAULT_RESOURCE, Settings
+from .memory import cleanup, episodes, facts, maintain, recall, remember
+from .secrets import secrets_group
+from .sessions import sessions_group
+from .settings import settings_group
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.option(
+    "--database-url",
+    envvar="POPAGENT_DATABASE_URL",
+    help="PostgreSQL URL; default: embedded server.",
+)
+@click.option("--data-dir", envvar="POPAGENT_DATA_DIR", help="Embedded server's data directory.")
+@click.option(
+    "--resource-id",
+    envvar="POPAGENT_RESOURCE_ID",
+    default=DEFAULT_RESOURCE,
+    show_default=True,
+    help="The resource whose memory to use.",
+)
+@click.version_option(package_name="popagent")
+@click.pass_context
+def main(
+    ctx: click.Context, database_url: str | None, data_dir: str | None, resource_id: str
+) -> None:
+    """popagent: long-term memory for LLM agents on PostgreSQL."""
+    ctx.obj = Settings(database_url=database_url, data_dir=data_dir, resource_id=resource_id)
+
+
+for _command in (
+    remember,
+    recall,
+    facts,
+    episodes,
+    cleanup,
+    maintain,
+    chat_command,
+    sessions_group,
+    secrets_group,
+    settings_group,
+):
+    main.add_command(_command)
+del _command

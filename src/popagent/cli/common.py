@@ -1,0 +1,170 @@
+"""What every ``popagent`` command shares: its settings, the database, exit codes, output.
+
+Exit codes: bad input (``ValidationError``) exits with 2 through
+``click.UsageError``, naming the field; any other ``PopagentError`` (a missing
+memory, session or secret, a conflict, an unusable secret key) exits with 1.
+``asyncio.run`` is called here and in ``chat`` only: the CLI is the edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import platformdirs
+
+from ..connection import connect
+from ..errors import PopagentError, ValidationError
+from ..memory.longterm import LongTermMemory
+from ..models import Memory, Message, Session
+from ..secrets import SecretCipher, load_cipher
+
+__all__ = [
+    "DEFAULT_RESOURCE",
+    "Settings",
+    "default_key_file",
+    "emit_json",
+    "exit_codes",
+    "memory_line",
+    "message_lines",
+    "one_line",
+    "parse_when",
+    "print_memories",
+    "run",
+    "secret_cipher",
+    "session_line",
+    "when",
+]
+
+T = TypeVar("T")
+DEFAULT_RESOURCE = "popagent-user"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The group's options, passed to every command as ``ctx.obj``."""
+
+    database_url: str | None
+    data_dir: str | None
+    resource_id: str
+
+
+@contextmanager
+def exit_codes() -> Iterator[None]:
+    """Turn popagent's errors into click's: ``ValidationError`` exits 2, the rest 1."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except PopagentError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]]) -> T:
+    """Open the database, run ``action(memory, resource_id)``, map errors to exit codes."""
+    settings: Settings = ctx.obj
+
+    async def main() -> T:
+        async with connect(settings.database_url, data_dir=settings.data_dir, max_size=4) as memory:
+            return await action(memory, settings.resource_id)
+
+    with exit_codes():
+        return asyncio.run(main())
+
+
+def default_key_file() -> Path:
+    """The CLI's default secret key file: beside (not inside) the embedded server's data."""
+    return Path(platformdirs.user_data_dir("popagent")) / "secret.key"
+
+
+def secret_cipher() -> SecretCipher:
+    """The configured secret key: ``POPAGENT_SECRET_KEY``, ``POPAGENT_SECRET_KEY_FILE``,
+    else ``default_key_file()``, created on first use. Raises ``SecretKeyError``."""
+    return load_cipher(default_key_file=default_key_file())
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def when(value: datetime | None, *, seconds: bool = False) -> str:
+    """A timestamp in UTC, to the minute (or second); ``never`` for ``None``."""
+    if value is None:
+        return "never"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def one_line(text: str, width: int) -> str:
+    """``text`` on one line (newlines shown as ⏎), at most ``width`` characters."""
+    flat = text.replace("\n", " ⏎ ")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def memory_line(m: Memory) -> str:
+    key = f" key={m.key}" if m.key else ""
+    return (
+        f"{m.id:>7}  {m.kind:<7} {when(m.created_at)}  imp={m.importance:.2f}{key}  "
+        f"{one_line(m.content, 100)}"
+    )
+
+
+def print_memories(rows: list[Memory], as_json: bool) -> None:
+    if as_json:
+        emit_json([m.to_json() for m in rows])
+    elif not rows:
+        click.echo("No memories.")
+    else:
+        for m in rows:
+            click.echo(memory_line(m))
+
+
+def session_line(session: Session, preview: str | None) -> str:
+    """ID, last activity and title; an untitled session shows its first user message."""
+    if session.title:
+        label = session.title
+    elif preview:
+        label = f'"{one_line(preview.strip(), 60)}"'
+    else:
+        label = "(no messages)"
+    return f"{session.session_id}  {when(session.updated_at)}  {label}"
+
+
+def message_lines(m: Message) -> list[str]:
+    """One stored message as shown: a header line, its text, its tool calls and attachments."""
+    head = f"#{m.id} {m.role}  {when(m.created_at, seconds=True)}"
+    body: list[str] = []
+    for part in m.parts:
+        kind = part.get("type")
+        if kind == "tool_result":
+            head += (
+                f"  result of {part.get('name')} [{part.get('tool_call_id')}]: "
+                f"{part.get('outcome', '?')}"
+            )
+        elif kind == "tool_call":
+            body.append(f"→ call {part.get('name')} [{part.get('id')}] {part.get('arguments')}")
+        elif kind == "attachment":
+            body.append(f"attachment: {part.get('name')} ({part.get('media_type', '?')})")
+    text = m.content.splitlines() if m.content else []
+    return [head, *(f"    {line}" for line in [*text, *body])]
+
+
+def parse_when(value: str | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not an ISO-8601 date or time: {value!r}", param_hint=field
+        ) from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
