@@ -275,6 +275,7 @@ async def test_tool_runner_works_outside_a_turn(
     assert (fact.content, fact.session_id) == ("Speaks Dutch", None)
     parsed = await runner.call(ctx, "remember", {"content": "Speaks Dutch"})
     assert parsed.text.startswith("Unchanged:")
+    await runner.drain()
     rows = await AuditLog(memory.pool).list_audit(resource)
     assert [r.hook for r in rows] == ["after_tool_call", "before_tool_call"] * 2
     assert {r.session_id for r in rows} == {None}

@@ -6,8 +6,9 @@ Invariants:
   content, recalled text, argument values, error messages and secrets never
   enter a row.
 - Cheap: a call's ``before_*`` row waits in memory and is written together
-  with its ``after_*`` row, in one transaction whose commit does not wait for
-  the WAL flush. The price: a process that dies mid-call leaves no row for
+  with its ``after_*`` row, in the background, in one transaction whose commit
+  does not wait for the WAL flush; ``drain()`` waits for the writes started so
+  far (the turn drains before it returns, so a finished turn's rows are there). The price: a process that dies mid-call leaves no row for
   that call (a cancelled call still gets both, its outcome ``error``), and a
   server crash may lose the last fraction of a second of audit rows, as it may
   lose recall's access counts; never a message, memory or episode, whose
@@ -18,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -78,18 +80,31 @@ class AuditHook:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._pending: dict[str, dict[str, Any]] = {}
+        self._writes: set[asyncio.Task[None]] = set()
 
     async def before_model_call(self, event: ModelCallStart) -> None:
         self._pending[event.call_id] = _model_row(event, None)
 
     async def after_model_call(self, event: ModelCallEnd) -> None:
-        await self._flush(event.start.call_id, _model_row(event.start, event))
+        self._write(event.start.call_id, _model_row(event.start, event))
 
     async def before_tool_call(self, event: ToolCallStart) -> None:
         self._pending[event.call_id] = _tool_row(event, None)
 
     async def after_tool_call(self, event: ToolCallEnd) -> None:
-        await self._flush(event.start.call_id, _tool_row(event.start, event))
+        self._write(event.start.call_id, _tool_row(event.start, event))
+
+    async def drain(self) -> None:
+        """Wait until every row handed to this hook so far is written (or its failure logged)."""
+        while self._writes:
+            await asyncio.gather(*self._writes)
+
+    def _write(self, call_id: str, after: dict[str, Any]) -> None:
+        # In the background: the caller goes on (the next tool call, the turn's
+        # last writes) while the rows are written; ``drain`` waits for them.
+        task = asyncio.ensure_future(self._flush(call_id, after))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def _flush(self, call_id: str, after: dict[str, Any]) -> None:
         before = self._pending.pop(call_id, None)

@@ -108,7 +108,12 @@ class ToolCallEnd:
 
 
 class Hook(Protocol):
-    """Called before and after every model call and tool call (see module doc)."""
+    """Called before and after every model call and tool call (see module doc).
+
+    A hook may also define ``async def drain(self) -> None`` when it works in the
+    background (``AuditHook`` writes its rows so); the turn awaits it before it
+    returns.
+    """
 
     async def before_model_call(self, event: ModelCallStart) -> None: ...
 
@@ -155,6 +160,17 @@ class HookSet:
                 await hook.after_tool_call(event)
             except Exception as exc:
                 _log_failure(hook, "after_tool_call", exc)
+
+    async def drain(self) -> None:
+        """Wait for work hooks do in the background (a hook's optional ``drain()``)."""
+        for hook in self.hooks:
+            drain = getattr(hook, "drain", None)
+            if drain is None:
+                continue
+            try:
+                await drain()
+            except Exception as exc:
+                _log_failure(hook, "drain", exc)
 
 
 def _log_failure(hook: Hook, where: str, exc: Exception) -> None:

@@ -57,6 +57,14 @@ class ToolRunner:
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
 
+    async def drain(self) -> None:
+        """Wait for the hooks' background work (audit rows) of the calls made so far.
+
+        A turn does this before it returns; a caller using the runner on its own
+        (an MCP server) does it after each call it answers.
+        """
+        await self._hooks.drain()
+
     async def call(
         self, ctx: ToolContext, name: str, raw_arguments: str | Mapping[str, Any]
     ) -> ToolOutcome:

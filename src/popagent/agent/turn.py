@@ -231,11 +231,15 @@ class Agent:
         tally = _Tally()
         try:
             final = await self._converse(ctx, transcript, messages, on_text, tally)
+        except BaseException:
+            await self.hooks.drain()
+            raise
         finally:
             await transcript.rescrub()
         reply = final.content or ""
-        # The final answer and the episode are independent writes: made together.
-        _stored, episode = await asyncio.gather(
+        # The final answer, the episode and the hooks' background writes (audit
+        # rows) are independent: made together, all done before the turn returns.
+        _stored, episode, _drained = await asyncio.gather(
             transcript.add_assistant(final),
             self.memory.retain_episode(
                 resource_id,
@@ -244,6 +248,7 @@ class Agent:
                 scrubber.scrub(reply),
                 created_at=now,
             ),
+            self.hooks.drain(),
         )
         total_ms = (time.perf_counter() - began) * 1000
         return TurnResult(
