@@ -21,6 +21,8 @@ __all__ = [
     "Memory",
     "Message",
     "Neighbour",
+    "ObservationGroup",
+    "ObservationLog",
     "Outcome",
     "RecallResult",
     "RememberResult",
@@ -281,3 +283,45 @@ class AuditRecord:
                 list(self.argument_names) if self.argument_names is not None else None
             ),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationLog:
+    """One generation of a session's observation log (``popagent_observation_logs``).
+
+    Only the newest generation is active. ``last_observed_message_id`` is the
+    cursor: the session's messages with greater ids are unobserved.
+    ``covered_group_ids`` lists, for a reflection, the groups it rewrote.
+    """
+
+    id: int
+    resource_id: str
+    session_id: str
+    generation: int
+    origin: Literal["observation", "reflection"]
+    observations: str
+    observation_tokens: int
+    last_observed_message_id: int | None
+    covered_group_ids: tuple[int, ...]
+    next_reflection_tokens: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationGroup:
+    """One observation batch (or reflection) and its group pointer: the first and
+    last source message id it came from (``popagent_observation_groups``)."""
+
+    id: int
+    resource_id: str
+    session_id: str
+    log_id: int
+    kind: Literal["observation", "reflection"]
+    status: str
+    first_message_id: int
+    last_message_id: int
+    observations: str
+    observation_tokens: int
+    message_tokens: int
+    created_at: datetime

@@ -20,19 +20,27 @@ from .hooks import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .observational import (
+    OBSERVATIONS_LABEL,
+    ObservationalHistory,
+    ReadHistoryTool,
+    render_observations,
+)
 from .prompt import assemble_prompt
 from .remember import RememberTool
 from .runner import ToolRunner
 from .scrubber import SecretScrubber
 from .secret_tools import DeleteSecretTool, ListSecretsTool, SetSecretTool, secret_tools
-from .tools import Tool, ToolContext, ToolOutcome, check_arguments
+from .tools import ConditionalTool, Tool, ToolContext, ToolOutcome, check_arguments
 from .turn import Agent, ToolCallRecord, TurnResult, TurnTimings
 
 __all__ = [
+    "OBSERVATIONS_LABEL",
     "SUPERVISOR_GUIDANCE",
     "Agent",
     "AuditHook",
     "AuditLog",
+    "ConditionalTool",
     "DeleteSecretTool",
     "HistoryRequest",
     "HistorySource",
@@ -41,6 +49,8 @@ __all__ = [
     "ListSecretsTool",
     "ModelCallEnd",
     "ModelCallStart",
+    "ObservationalHistory",
+    "ReadHistoryTool",
     "RecentMessages",
     "RememberTool",
     "SecretScrubber",
@@ -56,6 +66,7 @@ __all__ = [
     "TurnTimings",
     "assemble_prompt",
     "check_arguments",
+    "render_observations",
     "secret_tools",
     "to_chat_messages",
 ]

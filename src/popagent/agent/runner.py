@@ -54,6 +54,10 @@ class ToolRunner:
         return tuple(tool.spec for tool in self._tools.values())
 
     @property
+    def tools(self) -> tuple[Tool, ...]:
+        return tuple(self._tools.values())
+
+    @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
 

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..checks import check_id
 from ..errors import NotFoundError
@@ -28,7 +28,7 @@ from ..models import Outcome
 from ..secrets import SecretStore
 from .scrubber import SecretScrubber
 
-__all__ = ["Tool", "ToolContext", "ToolOutcome", "check_arguments"]
+__all__ = ["ConditionalTool", "Tool", "ToolContext", "ToolOutcome", "check_arguments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +121,14 @@ class Tool(Protocol):
     def spec(self) -> ToolSpec: ...
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome: ...
+
+
+@runtime_checkable
+class ConditionalTool(Protocol):
+    """A tool that is offered to the model only in some turns (``offered`` says
+    which, from the turn's context); a tool without ``offered`` always is."""
+
+    def offered(self, ctx: ToolContext) -> bool: ...
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

@@ -56,7 +56,7 @@ from .remember import RememberTool
 from .runner import ToolRunner
 from .scrubber import SecretScrubber
 from .secret_tools import secret_tools
-from .tools import Tool, ToolContext
+from .tools import ConditionalTool, Tool, ToolContext
 from .transcript import Transcript
 
 __all__ = ["MAX_TOOL_ROUNDS_CAP", "Agent", "ToolCallRecord", "TurnResult", "TurnTimings"]
@@ -267,6 +267,14 @@ class Agent:
             ),
         )
 
+    def offered_specs(self, ctx: ToolContext) -> tuple[ToolSpec, ...]:
+        """The tools offered in this turn: all, less ``ConditionalTool``s that decline."""
+        return tuple(
+            tool.spec
+            for tool in self.runner.tools
+            if not isinstance(tool, ConditionalTool) or tool.offered(ctx)
+        )
+
     # --- steps ----------------------------------------------------------------------------
 
     async def _known_secrets(self, resource_id: str) -> SecretScrubber:
@@ -298,7 +306,7 @@ class Agent:
         Every message before the answer is stored here; the answer itself is
         stored by the caller, beside the episode.
         """
-        specs = self.runner.specs
+        specs = self.offered_specs(ctx)
         for round_number in range(1, self.max_tool_rounds + 1):
             try:
                 completion = await self._call_model(

@@ -1,5 +1,5 @@
-"""Observational memory: runtime settings and the execution snapshot (the Observer and
-Reflector will live here too).
+"""Observational memory: runtime settings, the execution snapshot, the Observer,
+the Reflector, the per-thread engine and exact-history retrieval.
 
 ``MemorySettings`` is one resource's validated settings, stored in
 ``popagent_memory_settings`` as percents and token counts; ``SETTINGS`` documents
@@ -11,17 +11,29 @@ ratios, taken once per turn::
     snapshot = await store.snapshot("popagent-user")   # applies from the next turn
 """
 
+from .engine import ObservationalMemory, ObservedContext
+from .observer import ObservationFailed
+from .reflector import MAX_REFLECTION_ATTEMPTS, Reflection
+from .retrieval import UNTRUSTED_LABEL, HistoryPage, read_history
 from .settings import SETTINGS, MemorySettings, Setting
 from .settings_store import MemorySettingsStore, StoredSettings
 from .snapshot import ExecutionSnapshot, auto_idle_seconds, execution_snapshot
 
 __all__ = [
+    "MAX_REFLECTION_ATTEMPTS",
     "SETTINGS",
+    "UNTRUSTED_LABEL",
     "ExecutionSnapshot",
+    "HistoryPage",
     "MemorySettings",
     "MemorySettingsStore",
+    "ObservationFailed",
+    "ObservationalMemory",
+    "ObservedContext",
+    "Reflection",
     "Setting",
     "StoredSettings",
     "auto_idle_seconds",
     "execution_snapshot",
+    "read_history",
 ]

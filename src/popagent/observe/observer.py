@@ -1,0 +1,217 @@
+"""The Observer: one model call that turns a thread's oldest raw messages into observations.
+
+``build_observer_messages`` is pure (the request, from stored messages, the
+previous observations and the turn's ``ExecutionSnapshot``); ``run_observer``
+makes the one call through the ``ChatModel`` protocol, bounded by a timeout.
+
+Invariants:
+- The Observer's instructions are fixed; the resource's custom guidance is
+  appended under its own heading and never replaces them.
+- Previous observations are trimmed to the snapshot's
+  ``observation_previous_observer_tokens`` (``trim_previous``).
+- Attachments appear as placeholders; only those the allowlist matches are
+  forwarded (their URL or extracted text; the protocol carries text only, so
+  inline bytes never are).
+- An answer that is empty, holds no observations, or loops is a failure
+  (``ObservationFailed``); the caller keeps the log as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..errors import PopagentError
+from ..llm.protocol import ChatMessage, ChatModel, ModelError
+from ..models import Message
+from .snapshot import ExecutionSnapshot
+from .text import GAP_SECONDS, gap_text, is_degenerate, parse_observations, trim_previous
+from .tokens import TokenCounter
+
+__all__ = [
+    "OBSERVER_PROMPT",
+    "ObservationFailed",
+    "attachment_allowed",
+    "build_observer_messages",
+    "format_messages",
+    "run_observer",
+]
+
+OBSERVER_PROMPT = """\
+You are the note-taker of a long conversation between a user and an AI assistant. \
+Older parts of the conversation are removed from the assistant's context and replaced \
+by your notes, so your notes are all the assistant will remember of them.
+
+Write observations about the NEW messages only:
+- Record what the user states about themselves, their work and their preferences as \
+facts; a user's question or plan is not a fact, say which it is. When something \
+changes, write it as a change that replaces the earlier state.
+- Keep names, numbers, quantities, dates, identifiers, file names and exact wording \
+that may matter later. Quote unusual terms. Short user messages may be kept nearly \
+word for word.
+- Note what the assistant did or promised, which tools it used and what they returned, \
+briefly, and what is still open.
+- If a message mentions a concrete date ("next Friday", "in 2 days"), add the date it \
+means at the end of the line, as "(meaning YYYY-MM-DD)".
+- Lines in brackets such as "[2 hours later]" mark a pause in the conversation; use \
+them for the timeline, do not copy them.
+
+Format: group by date with a line "Date: Mon D, YYYY", then one line per observation \
+in time order, each starting with a priority and the 24-hour time:
+* 🔴 (14:30) high: facts and preferences of the user, unresolved goals
+* 🟡 (14:31) medium: project details, tool results
+* 🟢 (14:32) low: minor details
+* ✅ (14:35) something that was completed
+Be terse: one to five observations per exchange. Do not repeat earlier observations. \
+Do not add ids or tags. Put your whole answer inside <observations> and </observations>, \
+each tag on its own line."""
+
+_GUIDANCE_HEADING = "=== CUSTOM INSTRUCTIONS ==="
+
+
+class ObservationFailed(PopagentError):
+    """The Observer gave no usable observations (a failed, slow, empty or looping call)."""
+
+
+def attachment_allowed(media_type: str, patterns: Sequence[str]) -> bool:
+    """Whether ``media_type`` matches the allowlist: exact, ``type/*`` or ``*``, ignoring case."""
+    kind = media_type.strip().lower()
+    return any(fnmatch.fnmatchcase(kind, p.strip().lower()) for p in patterns if p.strip())
+
+
+def _when(at: datetime) -> str:
+    return at.strftime("%H:%M")
+
+
+def _attachments(message: Message, patterns: Sequence[str], numbering: list[int]) -> list[str]:
+    out: list[str] = []
+    for part in message.parts:
+        if part.get("type") != "attachment":
+            continue
+        media_type = str(part.get("media_type") or "application/octet-stream")
+        name = str(part.get("name") or "unnamed")
+        image = media_type.lower().startswith("image/")
+        numbering[0 if image else 1] += 1
+        label = "Image" if image else "File"
+        line = f"[{label} #{numbering[0 if image else 1]}: {name}]"
+        if attachment_allowed(media_type, patterns):
+            details = [media_type]
+            if isinstance(part.get("url"), str):
+                details.append(str(part["url"]))
+            if isinstance(part.get("text"), str):
+                details.append("text: " + str(part["text"]))
+            line += " (" + "; ".join(details) + ")"
+        out.append(line)
+    return out
+
+
+def _tool_lines(message: Message) -> list[str]:
+    lines: list[str] = []
+    for part in message.parts:
+        if part.get("type") == "tool_call":
+            lines.append(f"Tool call {part.get('name')}: {_short(part.get('arguments'))}")
+    return lines
+
+
+def _short(value: Any, cap: int = 2_000) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= cap else text[:cap] + "… [truncated]"
+
+
+def format_messages(
+    messages: Sequence[Message], *, temporal_markers: bool, attachments: Sequence[str]
+) -> str:
+    """The messages as the Observer reads them: a date header when the date
+    changes, ``Role (HH:MM): text`` lines, tool calls and results, attachment
+    placeholders, and, with ``temporal_markers``, a ``[… later]`` line before a
+    message that follows a gap of 10 minutes or more."""
+    lines: list[str] = []
+    day: str | None = None
+    previous: datetime | None = None
+    numbering = [0, 0]
+    for message in messages:
+        at = message.created_at
+        if temporal_markers and previous is not None:
+            gap = (at - previous).total_seconds()
+            if gap >= GAP_SECONDS:
+                lines.append(f"[{gap_text(gap)}]")
+        previous = at
+        date = f"{at.strftime('%b')} {at.day}, {at.year}"
+        if date != day:
+            lines.append(f"Date: {date}")
+            day = date
+        if message.role == "tool":
+            name = next(
+                (p.get("name") for p in message.parts if p.get("type") == "tool_result"), "tool"
+            )
+            text = _short(message.content) if message.content else "[empty result]"
+            lines.append(f"Tool result {name} ({_when(at)}): {text}")
+            continue
+        role = {"user": "User", "assistant": "Assistant", "system": "System"}[message.role]
+        if message.content:
+            lines.append(f"{role} ({_when(at)}): {message.content}")
+        lines.extend(_tool_lines(message))
+        lines.extend(_attachments(message, attachments, numbering))
+    return "\n".join(lines)
+
+
+def build_observer_messages(
+    messages: Sequence[Message],
+    previous: str,
+    snapshot: ExecutionSnapshot,
+    counter: TokenCounter | None = None,
+) -> list[ChatMessage]:
+    """The Observer request: its fixed system prompt (plus custom guidance) and one
+    user message with the trimmed previous observations and the new messages."""
+    system = OBSERVER_PROMPT
+    if snapshot.observation_instruction:
+        system += f"\n\n{_GUIDANCE_HEADING}\n{snapshot.observation_instruction}"
+    shown, truncated = trim_previous(
+        previous, snapshot.observation_previous_observer_tokens, counter
+    )
+    parts: list[str] = []
+    if shown or truncated:
+        parts.append("## Previous observations\n\n" + (shown or "(left out)"))
+        if truncated:
+            parts.append(
+                "Some previous observations were left out here to save space; "
+                "the assistant still has all of them."
+            )
+        parts.append("Do not repeat them: your new observations are appended after them.")
+    history = format_messages(
+        messages,
+        temporal_markers=snapshot.temporal_markers,
+        attachments=snapshot.observation_observe_attachments,
+    )
+    parts.append("## New messages to observe\n\n" + history)
+    parts.append("---\n## Your task\n\nWrite the observations of the new messages.")
+    return [ChatMessage("system", system), ChatMessage("user", "\n\n".join(parts))]
+
+
+async def run_observer(
+    model: ChatModel, request: Sequence[ChatMessage], *, timeout_s: float
+) -> str:
+    """One Observer call within ``timeout_s``: the parsed observations.
+
+    Raises ``ObservationFailed`` on a model error, a timeout, or an answer
+    without usable (non-looping) observations.
+    """
+    if timeout_s <= 0:
+        raise ObservationFailed("no time was left for the Observer")
+    try:
+        completion = await asyncio.wait_for(model.complete(request), timeout_s)
+    except ModelError as exc:
+        raise ObservationFailed(f"the Observer call failed: {exc.message}") from exc
+    except TimeoutError as exc:
+        raise ObservationFailed(f"the Observer took longer than {timeout_s:g} s") from exc
+    raw = completion.message.content or ""
+    if is_degenerate(raw):
+        raise ObservationFailed("the Observer's answer repeats itself (a repetition loop)")
+    observations = parse_observations(raw)
+    if not observations.strip():
+        raise ObservationFailed("the Observer's answer holds no observations")
+    return observations

@@ -1,0 +1,74 @@
+"""Helpers for the observational-memory tests: a deterministic Observer and Reflector
+behind the scripted model server, and seeding threads."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from popagent.models import Role
+from popagent.observe.observer import OBSERVER_PROMPT
+from popagent.observe.reflector import REFLECTOR_PROMPT
+from popagent.threads import ThreadStore
+from tests.scripted_model import Reply, Respond
+
+_LINE = re.compile(r"^(User|Assistant) \((\d\d:\d\d)\): (.*)$")
+
+
+def is_observer(body: dict[str, Any]) -> bool:
+    return str(body["messages"][0]["content"]).startswith(OBSERVER_PROMPT[:80])
+
+
+def is_reflector(body: dict[str, Any]) -> bool:
+    return str(body["messages"][0]["content"]).startswith(REFLECTOR_PROMPT[:80])
+
+
+def observed_section(body: dict[str, Any]) -> str:
+    user = str(body["messages"][-1]["content"])
+    return user.split("## New messages to observe\n\n", 1)[1].split("\n\n---\n## Your task", 1)[0]
+
+
+def _observe(body: dict[str, Any]) -> Reply:
+    assert is_observer(body), "expected an Observer request"
+    lines = []
+    for line in observed_section(body).splitlines():
+        m = _LINE.match(line)
+        if m:
+            mark = "🔴" if m[1] == "User" else "🟡"
+            lines.append(f"* {mark} ({m[2]}) {m[1]}: {m[3]}")
+    return Reply("<observations>\n" + "\n".join(lines) + "\n</observations>")
+
+
+#: An Observer that writes one line per user/assistant message of its input.
+OBSERVE = Respond(_observe)
+
+
+def reflecting(text: str) -> Respond:
+    """A Reflector step answering ``text`` (wrapped in the tags unless empty)."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        assert is_reflector(body), "expected a Reflector request"
+        return Reply(f"<observations>\n{text}\n</observations>" if text else "")
+
+    return Respond(answer)
+
+
+def reflector_input(body: dict[str, Any]) -> str:
+    user = str(body["messages"][-1]["content"])
+    return user.split("## Observations to reflect on\n\n", 1)[1].split("\n\n---\n", 1)[0]
+
+
+async def seed(
+    threads: ThreadStore, resource: str, session: str, count: int, tag: str = "m"
+) -> list[int]:
+    """``count`` alternating user/assistant messages, each with a unique marker; their ids."""
+    ids = []
+    for i in range(count):
+        role: Role = "user" if i % 2 == 0 else "assistant"
+        text = (
+            f"{tag}{i}: my note number {i} says the garden shed is painted color {i} "
+            f"and the key sits under pot {i}."
+        )
+        message = await threads.append_message(resource, session, role, text, create_session=True)
+        ids.append(message.id)
+    return ids
