@@ -135,12 +135,18 @@ async def test_audit_rows_hold_no_content(
         REPLY,
         "Noting that",
         "health.allergy",  # an argument value (the key)
-        "0.9",  # an argument value (the importance)
         popagent.HEADER,
         "Stored: created",  # the tool result
         "Relevant long-term",
     ):
         assert content.lower() not in text.lower(), content
+    # A number cannot be searched for in the text (timestamps and durations hold
+    # digits); the rows' only argument field holds names.
+    rows = await AuditLog(memory.pool).list_audit(resource)
+    assert {frozenset(r.argument_names or ()) for r in rows} <= {
+        frozenset(),
+        frozenset({"content", "importance", "key"}),
+    }
 
 
 async def test_failed_model_calls_are_audited_with_the_error_type_only(
