@@ -6,15 +6,18 @@ import json
 import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
+from popagent.agent import OBSERVATIONS_LABEL
 from popagent.cli import main
 from popagent.memory.render import HEADER
 from popagent.secrets import KEY_ENV, KEY_FILE_ENV, generate_key
 from tests.agent_support import offered_tools, system_texts
-from tests.scripted_model import CallTools, Fail, Reply, ScriptedModelServer
+from tests.observe_support import OBSERVE, is_observer, is_reflector
+from tests.scripted_model import CallTools, Fail, Reply, Respond, ScriptedModelServer, Step
 
 DARK = "Prefers dark mode in every app"
 Env = dict[str, str | None]
@@ -226,3 +229,57 @@ def test_in_chat_commands_and_options(
     assert out.exit_code == 2 and "--session-id and --new" in out.output
     out = invoke(database_url, res, env, "chat", "--session-id", "x" * 300, input="")
     assert out.exit_code == 2 and "session_id: must be at most 256" in out.output
+
+
+def test_a_long_chat_is_observed_and_observations_shows_the_log(
+    database_url: str, res: str, env: Env, scripted: ScriptedModelServer
+) -> None:
+    # Small thresholds, synchronous observation, no reflection: the third turn observes.
+    out = invoke(
+        database_url,
+        res,
+        env,
+        "settings",
+        "set",
+        "observation_threshold_tokens=100",
+        "reflection_threshold_tokens=10000",
+        "observation_buffer_percent=off",
+    )
+    assert out.exit_code == 0, out.output
+
+    def answer(body: dict[str, Any]) -> Step:
+        if is_observer(body):
+            return OBSERVE.fn(body)
+        return Reply(f"Noted, reply number {len(scripted.requests)}: the shed key stays put.")
+
+    scripted.script(*(Respond(answer) for _ in range(8)))
+    said = [
+        f"Note {i}: the garden shed is painted color {i} and its key sits under pot {i}."
+        for i in range(4)
+    ]
+    typed = "/observations\n" + "".join(f"{s}\n" for s in said) + "/observations\n/help\n"
+    out = invoke(database_url, res, env, "chat", "--session-id", "s-om", input=typed)
+    assert out.exit_code == 0, out.output
+
+    assert after(out.output, "/observations").startswith("No observations yet in this session.")
+    observer = [r for r in scripted.requests if is_observer(r)]
+    assert len(observer) == 1 and not any(is_reflector(r) for r in scripted.requests)
+    # The turn after the Observer saw the observations block instead of the oldest messages.
+    turns = [r for r in scripted.requests if not is_observer(r)]
+    assert len(turns) == 4
+    assert not any(OBSERVATIONS_LABEL in t for t in system_texts(turns[1]))
+    assert any(OBSERVATIONS_LABEL in t for t in system_texts(turns[-1]))
+    assert said[0] not in [m["content"] for m in turns[-1]["messages"]]
+
+    shown = after(out.output.split("/observations\n", 1)[1], "/observations")
+    head, _, rest = shown.partition("\n")
+    assert re.fullmatch(
+        r"Observations \(generation 0, observation; messages through #\d+; "
+        r"[\d,]+ tokens\):",
+        head,
+    ), head
+    log = rest.split("you> ", 1)[0]
+    assert f"User: {said[0]}" in log and f"User: {said[1]}" in log
+    assert said[3] not in log  # the newest messages are not observed yet
+    assert "/observations  this session's active observation log" in after(out.output, "/help")
+    assert "read_history" not in offered_tools(turns[-1])  # retrieval_scope is off

@@ -38,6 +38,8 @@ BIG = 1_000_000
 
 
 async def _settings(memory: popagent.LongTermMemory, resource: str, **changes: Any) -> None:
+    """Update the settings; async buffering is off unless ``changes`` say otherwise."""
+    changes.setdefault("observation_buffer_percent", None)
     await MemorySettingsStore(memory.pool).update(resource, **changes)
 
 
@@ -322,6 +324,47 @@ async def test_empty_looping_or_larger_reflections_never_replace_the_log(
     assert (await agent.run_turn(resource, "s", "again")).reply == "calm"
     assert not any(is_reflector(r) for r in scripted.requests[-1:])
     assert len([r for r in scripted.requests if is_reflector(r)]) == 3
+
+
+async def test_a_reflection_never_drops_observations_activated_while_it_ran(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+    database_url: str,
+) -> None:
+    await _settings(
+        memory,
+        resource,
+        observation_threshold_tokens=200,
+        retained_context_percent=10,
+        reflection_threshold_tokens=BIG // 100,
+    )
+    history = ObservationalHistory(chat_model)
+    agent = _agent(memory, threads, chat_model, history)
+    await _observed_session(memory, threads, agent, scripted, resource, "s")
+    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    late = "* 🔴 (11:00) User: activated by another turn while the Reflector ran"
+
+    def reflect_while_another_turn_activates(body: dict[str, Any]) -> Reply:
+        assert is_reflector(body)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE popagent_observation_logs SET observations = observations || %s, "
+                "updated_at = now() WHERE resource_id = %s AND id = %s",
+                ("\n\n" + late, resource, gen0.id),
+            )
+        return Reply("<observations>\n* 🔴 (10:00) User keeps shed notes.\n</observations>")
+
+    await _settings(memory, resource, reflection_threshold_tokens=100)
+    scripted.script(Respond(reflect_while_another_turn_activates), Reply("answer"))
+    await agent.run_turn(resource, "s", "reflect now")
+    gens = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    assert [g.generation for g in gens] == [0]  # the stale reflection was dropped
+    assert gens[0].observations.endswith(late)
+    (block,) = [t for t in system_texts(scripted.requests[-1]) if t.startswith(OBSERVATIONS_LABEL)]
+    assert late in block
 
 
 async def test_escalation_keeps_the_smallest_valid_reflection(

@@ -35,6 +35,7 @@ async def _setup(
         retained_context_percent=10,
         reflection_threshold_tokens=10_000,
         retrieval_scope=scope,
+        observation_buffer_percent=None,  # synchronous observation
     )
     history = ObservationalHistory(model)
     agent = Agent(

@@ -12,6 +12,9 @@ Invariants:
   agent stored no episode for it, and the user's message stays in the session.
 - The secret tools are offered only when a secret key can be loaded, the way
   ``popagent secrets`` loads it; otherwise the chat runs without them and says so once.
+- History is observational memory (``ObservationalHistory``): the resource's
+  ``popagent settings`` drive it, read afresh at the start of every turn, and
+  ``read_history`` is offered while its retrieval scope is on.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from contextlib import AsyncExitStack
 
 import click
 
-from ..agent import Agent, TurnResult
+from ..agent import Agent, ObservationalHistory, TurnResult
 from ..connection import connect
 from ..errors import NotFoundError, PopagentError, TurnFailedError
 from ..llm import ModelSettings, OpenAIChatModel
 from ..models import Session
+from ..observe import ObservationalMemory
 from ..secrets import SecretCipher, SecretKeyError, SecretStore
 from ..threads import ThreadStore
 from ..threads.service import PAGE_CAP
@@ -57,6 +61,7 @@ For example:
 HELP = f"""\
 /memories      the memories recalled for the last turn: the block the model saw, and scores
 /history [N]   this session's last N messages as stored (default 20, at most {PAGE_CAP})
+/observations  this session's active observation log (observational memory), if any
 /help          this list
 /exit          leave (so do /quit, Ctrl-D and Ctrl-C at the prompt)
 Start a message with // to send text that begins with /."""
@@ -104,7 +109,19 @@ def chat_command(
             )
             model = runner.run(stack.enter_async_context(OpenAIChatModel(model_settings)))
             secrets = None if cipher is None else SecretStore(memory.pool, cipher)
-            agent = Agent(memory, ThreadStore(memory.pool), model, secrets=secrets)
+            history = ObservationalHistory(model)
+            # Background buffering runs while turns run (the loop is idle while the
+            # chat waits for input); whatever is still running at exit is cancelled,
+            # and the next turn of the session observes or buffers again.
+            stack.push_async_callback(history.aclose)
+            agent = Agent(
+                memory,
+                ThreadStore(memory.pool),
+                model,
+                secrets=secrets,
+                history=history,
+                tools=[history.retrieval_tool()],
+            )
             click.echo(
                 f"popagent chat: model {model.model} at {model.provider}, "
                 f"resource {settings.resource_id}"
@@ -218,6 +235,8 @@ class _Chat:
             self._show_memories()
         elif name == "/history":
             self._show_history(argument.strip())
+        elif name == "/observations":
+            self._show_observations()
         else:
             click.echo(f"Unknown command {name}; /help lists the commands.", err=True)
         return True
@@ -294,3 +313,17 @@ class _Chat:
         for message in messages:
             for line in message_lines(message):
                 click.echo(line)
+
+    def _show_observations(self) -> None:
+        engine = ObservationalMemory(self.agent.memory.pool, self.agent.model)
+        logs = self.runner.run(engine.generations(self.resource_id, self.session_id))
+        head = logs[-1] if logs else None
+        if head is None or not head.observations.strip():
+            click.echo("No observations yet in this session.")
+            return
+        through = head.last_observed_message_id
+        click.echo(
+            f"Observations (generation {head.generation}, {head.origin}; "
+            f"messages through #{through}; {head.observation_tokens:,} tokens):"
+        )
+        click.echo(head.observations)

@@ -16,14 +16,21 @@ from .database import Conn
 from .threads import row_to_message
 
 __all__ = [
+    "activate_groups",
     "advance_log",
+    "buffered_groups",
+    "buffered_reflection",
+    "delete_overtaken_buffered",
+    "get_actor",
     "get_group",
     "groups_of_log",
     "head_log",
     "insert_group",
     "insert_log",
     "list_logs",
+    "lock_log",
     "messages_in_range",
+    "record_actor",
     "set_next_reflection",
 ]
 
@@ -72,6 +79,12 @@ WHERE resource_id = %(resource_id)s AND id = %(id)s
 RETURNING {LOG_COLUMNS}
 """
 
+LOCK_LOG = f"""
+SELECT {LOG_COLUMNS} FROM popagent_observation_logs
+WHERE resource_id = %(resource_id)s AND id = %(id)s
+FOR UPDATE
+"""
+
 SET_NEXT_REFLECTION = """
 UPDATE popagent_observation_logs
 SET next_reflection_tokens = %(next_reflection_tokens)s, updated_at = now()
@@ -80,10 +93,10 @@ WHERE resource_id = %(resource_id)s AND id = %(id)s
 
 INSERT_GROUP = f"""
 INSERT INTO popagent_observation_groups (
-    resource_id, session_id, log_id, kind, first_message_id, last_message_id,
+    resource_id, session_id, log_id, kind, status, first_message_id, last_message_id,
     observations, observation_tokens, message_tokens
 ) VALUES (
-    %(resource_id)s, %(session_id)s, %(log_id)s, %(kind)s, %(first_message_id)s,
+    %(resource_id)s, %(session_id)s, %(log_id)s, %(kind)s, %(status)s, %(first_message_id)s,
     %(last_message_id)s, %(observations)s, %(observation_tokens)s, %(message_tokens)s
 )
 RETURNING {GROUP_COLUMNS}
@@ -93,6 +106,53 @@ GROUPS_OF_LOG = f"""
 SELECT {GROUP_COLUMNS} FROM popagent_observation_groups
 WHERE resource_id = %(resource_id)s AND log_id = %(log_id)s AND status = 'active'
 ORDER BY id
+"""
+
+BUFFERED_GROUPS = f"""
+SELECT {GROUP_COLUMNS} FROM popagent_observation_groups
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND status = 'buffered'
+  AND first_message_id > coalesce(%(after_id)s::bigint, 0)
+ORDER BY first_message_id, id
+"""
+
+# Only groups still buffered move: a concurrent activation makes this a partial no-op,
+# which the caller detects from the row count.
+ACTIVATE_GROUPS = """
+UPDATE popagent_observation_groups
+SET status = 'active', log_id = %(log_id)s
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+  AND status = 'buffered' AND id = ANY(%(ids)s)
+"""
+
+DELETE_OVERTAKEN = """
+DELETE FROM popagent_observation_groups
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+  AND status = 'buffered' AND first_message_id <= %(cursor)s
+"""
+
+BUFFERED_REFLECTION = f"""
+SELECT {GROUP_COLUMNS} FROM popagent_observation_groups
+WHERE resource_id = %(resource_id)s AND log_id = %(log_id)s
+  AND kind = 'reflection' AND status = 'buffered'
+ORDER BY id DESC
+LIMIT 1
+"""
+
+SELECT_ACTOR = """
+SELECT actor FROM popagent_observation_actors
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+"""
+
+# Recorded only for a stored session (the first turn's history loads before it exists).
+RECORD_ACTOR = """
+INSERT INTO popagent_observation_actors (resource_id, session_id, actor)
+SELECT %(resource_id)s, %(session_id)s, %(actor)s
+WHERE EXISTS (
+    SELECT 1 FROM popagent_sessions
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+)
+ON CONFLICT (resource_id, session_id)
+DO UPDATE SET actor = EXCLUDED.actor, recorded_at = now()
 """
 
 SELECT_GROUP = f"""
@@ -194,6 +254,13 @@ async def advance_log(
     return _log(row) if row else None
 
 
+async def lock_log(conn: Conn, log: ObservationLog) -> ObservationLog | None:
+    """Re-read ``log`` and lock its row until the caller's transaction ends."""
+    cur = await conn.execute(LOCK_LOG, {"resource_id": log.resource_id, "id": log.id})
+    row = await cur.fetchone()
+    return _log(row) if row else None
+
+
 async def set_next_reflection(conn: Conn, log: ObservationLog, tokens: int) -> None:
     await conn.execute(
         SET_NEXT_REFLECTION,
@@ -211,7 +278,9 @@ async def insert_group(
     observations: str,
     observation_tokens: int,
     message_tokens: int,
+    status: str = "active",
 ) -> ObservationGroup:
+    """Insert a group into ``log``: ``active``, or ``buffered`` (a chunk awaiting activation)."""
     cur = await conn.execute(
         INSERT_GROUP,
         {
@@ -219,6 +288,7 @@ async def insert_group(
             "session_id": log.session_id,
             "log_id": log.id,
             "kind": kind,
+            "status": status,
             "first_message_id": first_message_id,
             "last_message_id": last_message_id,
             "observations": observations,
@@ -235,6 +305,63 @@ async def groups_of_log(conn: Conn, log: ObservationLog) -> list[ObservationGrou
     """The active groups written into this generation, in order."""
     cur = await conn.execute(GROUPS_OF_LOG, {"resource_id": log.resource_id, "log_id": log.id})
     return [_group(r) for r in await cur.fetchall()]
+
+
+async def buffered_groups(
+    conn: Conn, resource_id: str, session_id: str, *, after_id: int | None
+) -> list[ObservationGroup]:
+    """The session's buffered chunks starting after message ``after_id``, in message order."""
+    cur = await conn.execute(
+        BUFFERED_GROUPS,
+        {"resource_id": resource_id, "session_id": session_id, "after_id": after_id},
+    )
+    return [_group(r) for r in await cur.fetchall()]
+
+
+async def buffered_reflection(conn: Conn, log: ObservationLog) -> ObservationGroup | None:
+    """The buffered reflection written for this generation, if any (the newest)."""
+    cur = await conn.execute(
+        BUFFERED_REFLECTION, {"resource_id": log.resource_id, "log_id": log.id}
+    )
+    row = await cur.fetchone()
+    return _group(row) if row else None
+
+
+async def activate_groups(conn: Conn, log: ObservationLog, group_ids: Sequence[int]) -> int:
+    """Make these buffered groups active members of ``log``; how many were still buffered."""
+    cur = await conn.execute(
+        ACTIVATE_GROUPS,
+        {
+            "resource_id": log.resource_id,
+            "session_id": log.session_id,
+            "log_id": log.id,
+            "ids": list(group_ids),
+        },
+    )
+    return cur.rowcount
+
+
+async def delete_overtaken_buffered(
+    conn: Conn, resource_id: str, session_id: str, cursor: int
+) -> None:
+    """Delete buffered chunks that start at or before ``cursor`` (already observed)."""
+    await conn.execute(
+        DELETE_OVERTAKEN, {"resource_id": resource_id, "session_id": session_id, "cursor": cursor}
+    )
+
+
+async def get_actor(conn: Conn, resource_id: str, session_id: str) -> str | None:
+    """The ``provider/model`` recorded for the session's latest assistant step."""
+    cur = await conn.execute(SELECT_ACTOR, {"resource_id": resource_id, "session_id": session_id})
+    row = await cur.fetchone()
+    return None if row is None else str(row["actor"])
+
+
+async def record_actor(conn: Conn, resource_id: str, session_id: str, actor: str) -> None:
+    """Record ``provider/model`` as the session's actor (no-op before the session exists)."""
+    await conn.execute(
+        RECORD_ACTOR, {"resource_id": resource_id, "session_id": session_id, "actor": actor}
+    )
 
 
 async def get_group(
