@@ -23,8 +23,16 @@ def is_reflector(body: dict[str, Any]) -> bool:
     return str(body["messages"][0]["content"]).startswith(REFLECTOR_PROMPT[:80])
 
 
+def user_text(body: dict[str, Any]) -> str:
+    """The text of the request's last (user) message, whether a string or content parts."""
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if p.get("type") == "text")
+    return str(content)
+
+
 def observed_section(body: dict[str, Any]) -> str:
-    user = str(body["messages"][-1]["content"])
+    user = user_text(body)
     return user.split("## New messages to observe\n\n", 1)[1].split("\n\n---\n## Your task", 1)[0]
 
 

@@ -15,6 +15,8 @@ from popagent.llm import (
     DEFAULT_BASE_URL,
     ChatMessage,
     ChatModel,
+    FilePart,
+    ImagePart,
     ModelError,
     ModelSettings,
     OpenAIChatModel,
@@ -347,6 +349,77 @@ def test_chat_message_invariants() -> None:
         "role": "user",
         "content": "hi",
         "name": "ann",
+    }
+
+
+def test_attachments_are_content_parts_in_the_wire_form() -> None:
+    message = ChatMessage(
+        "user",
+        "Look:",
+        attachments=(
+            ImagePart("https://example.test/a.png"),
+            ImagePart("data:image/jpeg;base64,QUJD", "low"),
+            FilePart("notes.pdf", "application/pdf", "JVBERi0="),
+        ),
+    )
+    assert message.to_openai() == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Look:"},
+            {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}},
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/jpeg;base64,QUJD", "detail": "low"},
+            },
+            {
+                "type": "file",
+                "file": {
+                    "file_data": "data:application/pdf;base64,JVBERi0=",
+                    "filename": "notes.pdf",
+                },
+            },
+        ],
+    }
+    # Empty text is left out; without attachments the content stays a string.
+    only = ChatMessage("user", "", attachments=(ImagePart("http://x.test/b.gif"),))
+    assert only.to_openai()["content"] == [
+        {"type": "image_url", "image_url": {"url": "http://x.test/b.gif"}}
+    ]
+    assert ChatMessage("user", "hi").to_openai()["content"] == "hi"
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: ImagePart("ftp://x.test/a.png"), "url"),
+        (lambda: ImagePart("https://"), "url"),
+        (lambda: ImagePart("data:image/png;base64,not base64!"), "url"),
+        (lambda: ImagePart("data:nonsense;base64,QUJD"), "url"),
+        (lambda: ImagePart("https://x.test/a.png", "huge"), "detail"),  # type: ignore[arg-type]
+        (lambda: FilePart(" ", "application/pdf", "QUJD"), "filename"),
+        (lambda: FilePart("a.pdf", "pdf", "QUJD"), "media_type"),
+        (lambda: FilePart("a.pdf", "application/pdf", ""), "data"),
+        (lambda: FilePart("a.pdf", "application/pdf", "Q"), "data"),
+        (
+            lambda: ChatMessage("assistant", "x", attachments=(ImagePart("https://x.test/a"),)),
+            "attachments",
+        ),
+        (lambda: ChatMessage("user", "x", attachments=("https://x.test/a",)), "attachments"),  # type: ignore[arg-type]
+    ],
+)
+def test_attachment_parts_are_validated(make: Callable[[], object], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        make()
+    assert caught.value.field == field
+
+
+async def test_attachments_reach_the_server(server: ScriptedModelServer, connect: Connect) -> None:
+    server.script(Reply("a cat"))
+    message = ChatMessage("user", "What is it?", attachments=(ImagePart("https://x.test/c.png"),))
+    await connect().complete([message])
+    assert server.requests[0]["messages"][0]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": "https://x.test/c.png"},
     }
 
 

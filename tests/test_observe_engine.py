@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 import popagent
 from popagent.agent import (
@@ -31,6 +32,7 @@ from tests.observe_support import (
     reflecting,
     reflector_input,
     seed,
+    user_text,
 )
 from tests.scripted_model import CallTools, Fail, Hang, Reply, Respond, ScriptedModelServer
 
@@ -471,3 +473,83 @@ async def test_temporal_marker_before_the_new_message_follows_the_setting(
         "role": "system",
         "content": "[2 hours 5 minutes later] (since the previous message)",
     }
+
+
+_ATTACHED = (
+    {
+        "type": "attachment",
+        "name": "bed.png",
+        "media_type": "image/png",
+        "url": "https://example.test/bed.png",
+    },
+    {"type": "attachment", "name": "leaf.jpg", "media_type": "image/jpeg", "data": "/9j/4AAQ"},
+    {"type": "attachment", "name": "plan.pdf", "media_type": "application/pdf", "data": "JVBERi0x"},
+    {"type": "attachment", "name": "yield.csv", "media_type": "text/csv", "data": "YSxiCjEsMg=="},
+    {"type": "attachment", "name": "far.png", "media_type": "image/png"},  # nothing to send
+)
+_WIRE = {
+    "bed.png": {"type": "image_url", "image_url": {"url": "https://example.test/bed.png"}},
+    "leaf.jpg": {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
+    "plan.pdf": {
+        "type": "file",
+        "file": {"file_data": "data:application/pdf;base64,JVBERi0x", "filename": "plan.pdf"},
+    },
+    "yield.csv": {
+        "type": "file",
+        "file": {"file_data": "data:text/csv;base64,YSxiCjEsMg==", "filename": "yield.csv"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "forwarded"),
+    [
+        ({}, ["bed.png", "leaf.jpg", "plan.pdf"]),
+        ({"forward_attachments": False}, []),
+        ({"forward_attachments": True}, ["bed.png", "leaf.jpg", "plan.pdf", "yield.csv"]),
+    ],
+    ids=["default", "none", "all"],
+)
+async def test_attachments_reach_the_observer_as_content_parts_per_the_setting(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+    changes: dict[str, Any],
+    forwarded: list[str],
+) -> None:
+    await _settings(
+        memory,
+        resource,
+        observation_threshold_tokens=200,
+        reflection_threshold_tokens=BIG // 100,
+        **changes,
+    )
+    await threads.append_message(
+        resource, "s", "user", "Photos of the garden", parts=_ATTACHED, create_session=True
+    )
+    await seed(threads, resource, "s", 6)
+    agent = _agent(memory, threads, chat_model, ObservationalHistory(chat_model))
+    scripted.script(OBSERVE, Reply("ok"))
+    await agent.run_turn(resource, "s", "what did I send?")
+    observer = scripted.requests[0]
+    assert is_observer(observer)
+    content = observer["messages"][-1]["content"]
+    section = observed_section(observer)
+    assert "User (" in section and "Photos of the garden" in section
+    # Every attachment is named by a placeholder; forwarded ones also as a part.
+    for label in ("Image #1: bed.png", "Image #2: leaf.jpg", "File #1: plan.pdf"):
+        assert f"[{label}]" in section
+    assert "[File #2: yield.csv]" in section and "[Image #3: far.png]" in section
+    assert "base64" not in section and "/9j/4AAQ" not in section
+    if not forwarded:
+        assert isinstance(content, str) and "attached after this text" not in content
+        assert "https://example.test" not in content
+        return
+    assert content[0]["type"] == "text" and content[0]["text"] == user_text(observer)
+    assert content[1:] == [_WIRE[name] for name in forwarded]
+    listing = user_text(observer).split("in this order:\n", 1)[1].split("\n\n", 1)[0]
+    assert [line.rsplit(" ", 1)[1] for line in listing.splitlines()] == forwarded
+    if "yield.csv" not in forwarded:
+        assert "[File #2: yield.csv]\n" in section  # a placeholder only: no details

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from popagent.llm import FilePart
 from popagent.models import Message
 from popagent.observe import MemorySettings, execution_snapshot
 from popagent.observe.engine import retained_split
@@ -156,3 +157,28 @@ def test_the_retained_tail_never_starts_on_a_tool_result() -> None:
     floor = count_message(messages[3]) + 1  # would start the tail on the tool result
     assert retained_split(messages, floor, None) == 1
     assert retained_split(messages, 0, None) == 4
+
+
+def test_unusable_attachments_stay_placeholders() -> None:
+    parts = (
+        {"type": "attachment", "name": "a.png", "media_type": "image/png", "data": "not base64!"},
+        {
+            "type": "attachment",
+            "name": "b.pdf",
+            "media_type": "application/pdf",
+            "url": "https://x.test/b",
+        },
+        {"type": "attachment", "name": "c.png", "media_type": "image/png", "url": "ftp://x.test/c"},
+        {
+            "type": "attachment",
+            "name": "d.pdf",
+            "media_type": "application/pdf",
+            "url": "data:application/pdf;base64,JVBERi0x",
+        },
+    )
+    snapshot = execution_snapshot(MemorySettings(forward_attachments=True))
+    _, user = build_observer_messages([_message(1, "user", "files", T0, parts)], "", snapshot)
+    assert user.attachments == (FilePart("d.pdf", "application/pdf", "JVBERi0x"),)
+    assert user.content is not None and "in this order:\n- File #2: d.pdf" in user.content
+    assert "[File #1: b.pdf] (application/pdf; https://x.test/b)" in user.content
+    assert "[Image #1: a.png] (image/png)" in user.content and "JVBERi0x" not in user.content

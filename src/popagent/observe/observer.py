@@ -10,8 +10,10 @@ Invariants:
 - Previous observations are trimmed to the snapshot's
   ``observation_previous_observer_tokens`` (``trim_previous``).
 - Attachments appear as placeholders; only those the allowlist matches are
-  forwarded (their URL or extracted text; the protocol carries text only, so
-  inline bytes never are).
+  forwarded: as real content parts of the request (an image by its URL or
+  bytes, another file by its bytes), listed by placeholder name after the
+  messages, with their URL or extracted text in the placeholder. One without
+  usable URL or bytes stays a placeholder.
 - An answer that is empty, holds no observations, or loops is a failure
   (``ObservationFailed``); the caller keeps the log as it was.
 """
@@ -21,12 +23,20 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import PopagentError
-from ..llm.protocol import ChatMessage, ChatModel, ModelError
+from ..errors import PopagentError, ValidationError
+from ..llm.protocol import (
+    ChatMessage,
+    ChatModel,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    ModelError,
+)
 from ..models import Message
 from .snapshot import ExecutionSnapshot
 from .text import GAP_SECONDS, gap_text, is_degenerate, parse_observations, trim_previous
@@ -71,6 +81,7 @@ Do not add ids or tags. Put your whole answer inside <observations> and </observ
 each tag on its own line."""
 
 _GUIDANCE_HEADING = "=== CUSTOM INSTRUCTIONS ==="
+_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
 
 class ObservationFailed(PopagentError):
@@ -87,7 +98,36 @@ def _when(at: datetime) -> str:
     return at.strftime("%H:%M")
 
 
-def _attachments(message: Message, patterns: Sequence[str], numbering: list[int]) -> list[str]:
+def _content_part(part: Mapping[str, Any], media_type: str, name: str) -> ContentPart | None:
+    """The content part that forwards an attachment, or ``None`` when it has no
+    usable URL or bytes (or they fail the protocol's checks)."""
+    url = part.get("url")
+    data = part.get("data")
+    detail = part.get("detail")
+    try:
+        if media_type.lower().startswith("image/"):
+            level = detail if detail in ("auto", "low", "high") else None
+            if isinstance(url, str) and url.startswith(("https://", "http://", "data:")):
+                return ImagePart(url, level)
+            if isinstance(data, str):
+                return ImagePart(f"data:{media_type};base64,{data}", level)
+            return None
+        if isinstance(data, str):
+            return FilePart(name, media_type, data)
+        inline = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+        if inline is not None:
+            return FilePart(name, inline.group(1), inline.group(2))
+    except ValidationError:
+        return None
+    return None
+
+
+def _attachments(
+    message: Message,
+    patterns: Sequence[str],
+    numbering: list[int],
+    forwarded: list[tuple[str, ContentPart]],
+) -> list[str]:
     out: list[str] = []
     for part in message.parts:
         if part.get("type") != "attachment":
@@ -96,15 +136,19 @@ def _attachments(message: Message, patterns: Sequence[str], numbering: list[int]
         name = str(part.get("name") or "unnamed")
         image = media_type.lower().startswith("image/")
         numbering[0 if image else 1] += 1
-        label = "Image" if image else "File"
-        line = f"[{label} #{numbering[0 if image else 1]}: {name}]"
+        label = f"{'Image' if image else 'File'} #{numbering[0 if image else 1]}: {name}"
+        line = f"[{label}]"
         if attachment_allowed(media_type, patterns):
             details = [media_type]
-            if isinstance(part.get("url"), str):
-                details.append(str(part["url"]))
+            url = part.get("url")
+            if isinstance(url, str) and not url.startswith("data:"):
+                details.append(url)
             if isinstance(part.get("text"), str):
                 details.append("text: " + str(part["text"]))
             line += " (" + "; ".join(details) + ")"
+            content = _content_part(part, media_type, name)
+            if content is not None:
+                forwarded.append((label, content))
         out.append(line)
     return out
 
@@ -129,6 +173,15 @@ def format_messages(
     changes, ``Role (HH:MM): text`` lines, tool calls and results, attachment
     placeholders, and, with ``temporal_markers``, a ``[… later]`` line before a
     message that follows a gap of 10 minutes or more."""
+    return _format(messages, temporal_markers, attachments, [])
+
+
+def _format(
+    messages: Sequence[Message],
+    temporal_markers: bool,
+    attachments: Sequence[str],
+    forwarded: list[tuple[str, ContentPart]],
+) -> str:
     lines: list[str] = []
     day: str | None = None
     previous: datetime | None = None
@@ -155,7 +208,7 @@ def format_messages(
         if message.content:
             lines.append(f"{role} ({_when(at)}): {message.content}")
         lines.extend(_tool_lines(message))
-        lines.extend(_attachments(message, attachments, numbering))
+        lines.extend(_attachments(message, attachments, numbering, forwarded))
     return "\n".join(lines)
 
 
@@ -182,14 +235,20 @@ def build_observer_messages(
                 "the assistant still has all of them."
             )
         parts.append("Do not repeat them: your new observations are appended after them.")
-    history = format_messages(
-        messages,
-        temporal_markers=snapshot.temporal_markers,
-        attachments=snapshot.observation_observe_attachments,
+    forwarded: list[tuple[str, ContentPart]] = []
+    history = _format(
+        messages, snapshot.temporal_markers, snapshot.observation_observe_attachments, forwarded
     )
     parts.append("## New messages to observe\n\n" + history)
+    if forwarded:
+        names = "\n".join(f"- {label}" for label, _ in forwarded)
+        parts.append(
+            "The following attachments of the new messages are attached after this text, "
+            "in this order:\n" + names
+        )
     parts.append("---\n## Your task\n\nWrite the observations of the new messages.")
-    return [ChatMessage("system", system), ChatMessage("user", "\n\n".join(parts))]
+    user = ChatMessage("user", "\n\n".join(parts), attachments=tuple(part for _, part in forwarded))
+    return [ChatMessage("system", system), user]
 
 
 async def run_observer(

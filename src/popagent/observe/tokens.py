@@ -27,6 +27,8 @@ How a message is counted (the same for both counters):
 * a tool result: its text plus ``{"tool_call_id":"…","name":"…"}``, from the
   ``ChatMessage`` fields or from the stored ``tool_result`` part alike;
 * an attachment part: see ``attachment_tokens`` (images by OpenAI's tile rule);
+* a ``ChatMessage``'s forwarded attachments: an ``ImagePart`` costs
+  ``image_tokens`` of an image of unknown size, a ``FilePart`` its file name;
 * any other part: its JSON (keys sorted, compact); ``reasoning`` and
   ``data-*`` parts are skipped, as they are never sent back to a model;
 * a conversation adds ``TOKENS_PER_CONVERSATION`` once (the primed reply).
@@ -44,7 +46,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..llm.protocol import ChatMessage
+from ..llm.protocol import ChatMessage, ImagePart
 from ..models import Message
 
 __all__ = [
@@ -268,6 +270,11 @@ def count_message(message: ChatMessage | Message, counter: TokenCounter | None =
             total += c.count_text(_result_text(message.tool_call_id or "", message.name))
         elif message.name:
             total += TOKENS_PER_NAME + c.count_text(message.name)
+        for attachment in message.attachments:
+            if isinstance(attachment, ImagePart):
+                total += image_tokens(None, None, detail=attachment.detail or "auto")
+            else:
+                total += c.count_text(attachment.filename)
         return total
     for part in message.parts:
         total += _part_tokens(part, c)
