@@ -65,7 +65,7 @@ from ..llm.protocol import ChatModel
 from ..models import Message, ObservationGroup, ObservationLog
 from ..store import observations as obs_sql
 from ..store import threads as thread_sql
-from ..store.database import Pool
+from ..store.database import Conn, Pool
 from .observer import ObservationFailed, build_observer_messages, run_observer
 from .reflector import Reflection, reflect
 from .settings_store import MemorySettingsStore
@@ -610,20 +610,8 @@ class ObservationalMemory:
                     return None
             text = "\n\n".join([ready.observations, *(g.observations for g in tail)])
             tokens = count_text(text, self.counter)
-            try:
-                async with conn.transaction():
-                    log = await obs_sql.insert_log(
-                        conn,
-                        head.resource_id,
-                        head.session_id,
-                        generation=head.generation + 1,
-                        origin="reflection",
-                        observations=text,
-                        observation_tokens=tokens,
-                        last_observed_message_id=head.last_observed_message_id,
-                        covered_group_ids=[g.id for g in covered],
-                    )
-            except psycopg.errors.UniqueViolation:
+            log = await _insert_reflection(conn, head, text, tokens, covered)
+            if log is None:
                 return None
             if await obs_sql.activate_groups(conn, log, [ready.id]) != 1:
                 raise _Conflict
@@ -744,23 +732,17 @@ class ObservationalMemory:
                 await obs_sql.set_next_reflection(conn, head, head.observation_tokens + backoff)
                 return head, result
             covered = await obs_sql.groups_of_log(conn, head)
-            try:
-                async with conn.transaction():
-                    log = await obs_sql.insert_log(
-                        conn,
-                        head.resource_id,
-                        head.session_id,
-                        generation=head.generation + 1,
-                        origin="reflection",
-                        observations=result.observations,
-                        observation_tokens=result.observation_tokens,
-                        last_observed_message_id=head.last_observed_message_id,
-                        covered_group_ids=[g.id for g in covered],
-                        next_reflection_tokens=(
-                            0 if result.reached_target else result.observation_tokens + backoff
-                        ),
-                    )
-            except psycopg.errors.UniqueViolation:
+            log = await _insert_reflection(
+                conn,
+                head,
+                result.observations,
+                result.observation_tokens,
+                covered,
+                next_reflection_tokens=(
+                    0 if result.reached_target else result.observation_tokens + backoff
+                ),
+            )
+            if log is None:
                 return head, result  # another turn reflected first; its generation stands
             if covered:
                 await obs_sql.insert_group(
@@ -774,3 +756,32 @@ class ObservationalMemory:
                     message_tokens=sum(g.message_tokens for g in covered),
                 )
         return log, result
+
+
+async def _insert_reflection(
+    conn: Conn,
+    head: ObservationLog,
+    observations: str,
+    observation_tokens: int,
+    covered: Sequence[ObservationGroup],
+    *,
+    next_reflection_tokens: int = 0,
+) -> ObservationLog | None:
+    """The next generation of ``head``, a reflection covering ``covered``; ``None`` when
+    another turn inserted that generation first (a savepoint keeps the caller's transaction)."""
+    try:
+        async with conn.transaction():
+            return await obs_sql.insert_log(
+                conn,
+                head.resource_id,
+                head.session_id,
+                generation=head.generation + 1,
+                origin="reflection",
+                observations=observations,
+                observation_tokens=observation_tokens,
+                last_observed_message_id=head.last_observed_message_id,
+                covered_group_ids=[g.id for g in covered],
+                next_reflection_tokens=next_reflection_tokens,
+            )
+    except psycopg.errors.UniqueViolation:
+        return None
