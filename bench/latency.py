@@ -36,8 +36,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
@@ -256,6 +256,21 @@ async def retain_throughput(memory: LongTermMemory, quick: bool) -> list[dict[st
     return rows
 
 
+@contextmanager
+def admin_url() -> Iterator[str]:
+    """``POPAGENT_DATABASE_URL``, else a disposable embedded cluster removed on exit."""
+    if url := os.environ.get("POPAGENT_DATABASE_URL"):
+        yield url
+        return
+    tmp = tempfile.mkdtemp(prefix="popagent-bench-")
+    server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @asynccontextmanager
 async def database(admin: str, name: str) -> AsyncIterator[LongTermMemory]:
     """A scratch database, migrated by ``popagent.connect``, dropped on exit."""
@@ -365,20 +380,12 @@ def main() -> None:
     args = parser.parse_args()
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)  # progress shows when redirected
-    started, admin = time.perf_counter(), os.environ.get("POPAGENT_DATABASE_URL")
-    server, tmp = None, tempfile.mkdtemp(prefix="popagent-bench-")
-    try:
-        if not admin:
-            server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
-            admin = server.url
+    started = time.perf_counter()
+    with admin_url() as admin:
         sizes = [1_000, 10_000, 20_000] if args.quick else [1_000, 10_000, 100_000]
         out: dict[str, Any] = {"sizes": sizes, "loads": [], "single": []}
         asyncio.run(one_resource(args, admin, out))
         asyncio.run(many_resources(args, admin, out))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     aims(out)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:

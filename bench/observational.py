@@ -48,11 +48,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,14 +63,13 @@ from popagent.agent.history import HistorySource
 from popagent.llm import ChatMessage, ModelSettings, OpenAIChatModel
 from popagent.observe import MemorySettingsStore
 from popagent.observe.tokens import count_conversation, count_message, count_text
-from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.observe_support import is_observer, is_reflector, observed_section, reflector_input
 from tests.scripted_model import Reply, Respond, ScriptedModelServer, Step
 
-from latency import database, pct, table
+from latency import admin_url, database, pct, table
 from locomo import DATE_FORMAT, DEFAULT_DATA, pair_turns
 
 SCALED = {"observation_threshold_tokens": 3_000, "reflection_threshold_tokens": 4_000}
@@ -307,17 +303,9 @@ def main() -> None:
     args = parser.parse_args()
     sample, turns = longest(args.data)
     turns = turns[: args.turns]
-    started, admin = time.perf_counter(), os.environ.get("POPAGENT_DATABASE_URL")
-    server, tmp = None, tempfile.mkdtemp(prefix="popagent-bench-")
-    try:
-        if not admin:
-            server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
-            admin = server.url
+    started = time.perf_counter()
+    with admin_url() as admin:
         runs = asyncio.run(main_async(args, admin, turns))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     base = runs[0]
     title = (
         f"LoCoMo {sample}: {len(turns)} turns ({2 * len(turns)} stored messages) as one thread; "

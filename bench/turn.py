@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,13 +38,12 @@ from typing import Any
 
 from popagent.agent import Agent
 from popagent.llm import ModelSettings, OpenAIChatModel
-from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 
-from latency import add_facts, database, pct, queries, table, turns
+from latency import add_facts, admin_url, database, pct, queries, table, turns
 
 RESOURCE = "bench-turn"
 REPLY = (
@@ -117,17 +113,9 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000, help="episodes in the resource")
     parser.add_argument("--turns", type=int, default=200, help="timed turns of each kind")
     args = parser.parse_args()
-    started, admin = time.perf_counter(), os.environ.get("POPAGENT_DATABASE_URL")
-    server, tmp = None, tempfile.mkdtemp(prefix="popagent-bench-")
-    try:
-        if not admin:
-            server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
-            admin = server.url
+    started = time.perf_counter()
+    with admin_url() as admin:
         rows = asyncio.run(run(args, admin))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     title = f"Turn overhead with {args.memories:,} episodes + 20 facts in the resource (ms)"
     table(title, "measure n p50 p95 max p95_vs_recall", rows)
     plain = next(r["p95"] for r in rows if r["measure"] == "plain: overhead")
