@@ -1,13 +1,15 @@
-"""Input checks shared by every layer: IDs, text and page limits.
+"""Input checks shared by every layer: IDs, text, page limits and times.
 
 Each raises ``ValidationError`` naming the field, before any SQL runs.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from .errors import ValidationError
 
-__all__ = ["ID_CAP", "RECALL_LIMIT_CAP", "check_id", "check_limit", "check_text"]
+__all__ = ["ID_CAP", "RECALL_LIMIT_CAP", "check_id", "check_limit", "check_text", "check_time"]
 
 ID_CAP = 256
 RECALL_LIMIT_CAP = 1_000
@@ -42,4 +44,15 @@ def check_limit(value: object, field: str = "limit", cap: int = RECALL_LIMIT_CAP
         raise ValidationError(field, "must be an integer")
     if not 1 <= value <= cap:
         raise ValidationError(field, f"must be between 1 and {cap}")
+    return value
+
+
+def check_time(field: str, value: object) -> datetime | None:
+    """``None``, or a timezone-aware datetime (a naive one is ambiguous across servers)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise ValidationError(field, "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field, "must be timezone-aware")
     return value

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..checks import check_id, check_limit, check_text
+from ..checks import check_id, check_limit, check_text, check_time
 from ..errors import TurnFailedError, ValidationError
 from ..llm.protocol import ChatMessage, ChatModel, Completion, ModelError, TextCallback, ToolSpec
 from ..memory.longterm import LongTermMemory
@@ -125,14 +125,6 @@ def _check_user_text(value: object) -> str:
     return text
 
 
-def _check_now(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise ValidationError("now", "must be a timezone-aware datetime")
-    return value
-
-
 def _chars(messages: Sequence[ChatMessage]) -> int:
     return sum(
         len(m.content or "") + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
@@ -205,7 +197,7 @@ class Agent:
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         user_text = _check_user_text(user_text)
-        now = _check_now(now)
+        now = check_time("now", now)
 
         scrubber = await self._known_secrets(resource_id)
         transcript = Transcript(self.threads, self.memory.pool, resource_id, session_id, scrubber)

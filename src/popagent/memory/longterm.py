@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from ..checks import check_time
 from ..errors import NotFoundError, ValidationError
 from ..models import (
     CorpusStats,
@@ -78,16 +79,6 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _check_time(field: str, value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise ValidationError(field, "must be a datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError(field, "must be timezone-aware")
-    return value
-
-
 def _check_kind(value: object) -> Kind | None:
     if value is None or value in ("fact", "episode"):
         return value
@@ -136,7 +127,7 @@ class LongTermMemory:
         """
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
-        created_at = _check_time("created_at", created_at)
+        created_at = check_time("created_at", created_at)
         built = episode_content(user_text, assistant_text)
         if built is None:
             return None
@@ -164,7 +155,7 @@ class LongTermMemory:
         rows: list[tuple[str, str, str, datetime | None]] = []
         for turn in turns:
             session_id = check_id("session_id", turn.session_id)
-            created_at = _check_time("created_at", turn.created_at)
+            created_at = check_time("created_at", turn.created_at)
             built = episode_content(turn.user_text, turn.assistant_text)
             if built is not None:
                 rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
@@ -235,7 +226,7 @@ class LongTermMemory:
         resource_id = check_id("resource_id", resource_id)
         query = check_query(query)
         limit = check_limit(limit)
-        now = _check_time("now", now) or datetime.now(UTC)
+        now = check_time("now", now) or datetime.now(UTC)
         async with self._pool.connection() as conn:
             # No transaction: each statement reads a consistent snapshot, and a
             # write landing between them can only shift a score, never leak or
@@ -432,7 +423,7 @@ class LongTermMemory:
         """
         resource_id = check_id("resource_id", resource_id)
         kind = _check_kind(kind)
-        older_than = _check_time("older_than", older_than)
+        older_than = check_time("older_than", older_than)
         async with self._pool.connection() as conn:
             return await store.cleanup(conn, resource_id, kind=kind, older_than=older_than)
 
@@ -443,7 +434,7 @@ class LongTermMemory:
         Runs under an advisory lock in one transaction, so two processes at
         once never interleave; running it again at once deletes nothing.
         """
-        now = _check_time("now", now) or datetime.now(UTC)
+        now = check_time("now", now) or datetime.now(UTC)
         async with self._pool.connection() as conn, conn.transaction():
             await store.lock_maintenance(conn)
             expired = await store.delete_expired_episodes(conn, now - EPISODE_MAX_AGE)
@@ -491,8 +482,8 @@ class LongTermMemory:
                 key=normalize_key(key),
                 session_id=check_id("session_id", session_id) if session_id is not None else None,
                 text=check_query(text, "text") if text is not None else None,
-                created_after=_check_time("created_after", created_after),
-                created_before=_check_time("created_before", created_before),
+                created_after=check_time("created_after", created_after),
+                created_before=check_time("created_before", created_before),
                 limit=check_limit(limit, cap=LIST_LIMIT_CAP),
                 offset=_check_offset(offset),
             )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..checks import check_id, check_text
+from ..checks import check_id, check_text, check_time
 from ..errors import NotFoundError, ValidationError
 from ..store import secrets as sql
 from ..store.database import Pool
@@ -109,16 +109,6 @@ def _check_ttl(value: object) -> timedelta | None:
     return value
 
 
-def _check_now(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise ValidationError("now", "must be a datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError("now", "must be timezone-aware")
-    return value
-
-
 class SecretStore:
     """Encrypted secrets of many resources: set, reveal (use), list names, delete, purge.
 
@@ -172,7 +162,7 @@ class SecretStore:
         """
         resource_id = check_id("resource_id", resource_id)
         name = _check_name(name)
-        now = _check_now(now)
+        now = check_time("now", now)
         async with self._pool.connection() as conn:
             row = await sql.select_secret(conn, resource_id, name, now=now)
             if row is None:
@@ -201,7 +191,7 @@ class SecretStore:
         under another key) is left out, since it cannot be revealed either.
         """
         resource_id = check_id("resource_id", resource_id)
-        now = _check_now(now)
+        now = check_time("now", now)
         async with self._pool.connection() as conn:
             rows = await sql.select_live_sealed(conn, resource_id, now=now)
         values: dict[str, str] = {}
@@ -220,7 +210,7 @@ class SecretStore:
     ) -> builtins.list[SecretInfo]:
         """Names and times of this resource's live secrets, by name; never values."""
         resource_id = check_id("resource_id", resource_id)
-        now = _check_now(now)
+        now = check_time("now", now)
         async with self._pool.connection() as conn:
             rows = await sql.list_secrets(conn, resource_id, now=now)
         return [_info(r) for r in rows]
@@ -229,7 +219,7 @@ class SecretStore:
         """Delete the secret ``name``; ``NotFoundError`` if absent (or already expired)."""
         resource_id = check_id("resource_id", resource_id)
         name = _check_name(name)
-        now = _check_now(now)
+        now = check_time("now", now)
         async with self._pool.connection() as conn:
             deleted = await sql.delete_secret(conn, resource_id, name, now=now)
         if not deleted:
@@ -237,7 +227,7 @@ class SecretStore:
 
     async def purge_expired(self, *, now: datetime | None = None) -> int:
         """The secret store's retention: delete every resource's expired secrets; return how many."""
-        now = _check_now(now)
+        now = check_time("now", now)
         async with self._pool.connection() as conn:
             return await sql.delete_expired_secrets(conn, now=now)
 
