@@ -30,8 +30,16 @@ Protocol:
 * baseline: ``rank_bm25.BM25Okapi`` over exactly the stored episode texts of the
   same conversation, tokens = ``\\w+`` of the lower-cased text (no stemming, no
   stop words); its top-k always has k episodes, recall's may have fewer.
+* systems, all over the same stored episodes in one run: ``lexical`` (the
+  spec's ranking, ``mode="lexical"``), ``vector`` (the vector index alone),
+  ``fused`` (lexical and vector candidates, weighted blend: the default) and
+  ``rrf`` (the same candidates, reciprocal-rank fusion). The episodes'
+  vectors are written by ``retain_episodes`` in its transaction, with the
+  embedder ``--embedder`` names (``local``: all-MiniLM-L6-v2 int8, the
+  default; ``none``: lexical only; ``openai``: ``POPAGENT_EMBEDDING_*``).
 
-    python bench/locomo.py [--data PATH] [--conversations N] [--json PATH]
+    python bench/locomo.py [--data PATH] [--conversations N] [--embedder local|none|openai]
+                           [--json PATH]
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ from rank_bm25 import BM25Okapi
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
+from popagent.embed import Embedder, make_embedder
+from popagent.memory.longterm import RecallMode
+from popagent.memory.ranking import RankingWeights
 from popagent.memory.validation import episode_content
 from popagent.store.embedded import EmbeddedServer
 
@@ -183,56 +194,82 @@ async def ingest(memory: LongTermMemory, conversations: list[Conversation]) -> f
     return seconds
 
 
-async def evaluate(url: str, conversations: list[Conversation]) -> dict[str, Any]:
+def systems(memory: LongTermMemory) -> dict[str, tuple[LongTermMemory, RecallMode]]:
+    """The recall variants compared, each a service over the same pool and embedder."""
+    if memory.embedder is None:
+        return {"lexical": (memory, "lexical")}
+    rrf = LongTermMemory(
+        memory.pool, weights=RankingWeights(fusion="rrf"), embedder=memory.embedder
+    )
+    return {
+        "lexical": (memory, "lexical"),
+        "vector": (memory, "vector"),
+        "fused": (memory, "fused"),
+        "rrf": (rrf, "fused"),
+    }
+
+
+async def evaluate(
+    url: str, conversations: list[Conversation], embedder: Embedder | None
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    latencies: list[float] = []
-    async with popagent.connect(url) as memory:
+    latencies: dict[str, list[float]] = {}
+    async with popagent.connect(url, embedder=embedder) as memory:
         ingest_s = await ingest(memory, conversations)
+        variants = systems(memory)
         for conv in conversations:
             baseline = bm25_ranked(conv)
             for q, bm in zip(conv.questions, baseline, strict=True):
-                start = time.perf_counter()
-                results = await memory.recall(conv.resource, q.text, limit=max(KS), now=conv.now)
-                latencies.append((time.perf_counter() - start) * 1000)
-                ranked = [conv.covers[r.memory.content] for r in results]
                 row: dict[str, Any] = {"sample": conv.sample_id, "category": q.category}
                 row |= {"question": q.text, "evidence": sorted(q.evidence)}
-                row["popagent"] = {k: recall_at(q.evidence, ranked, k) for k in KS}
+                for name, (service, mode) in variants.items():
+                    start = time.perf_counter()
+                    results = await service.recall(
+                        conv.resource, q.text, limit=max(KS), now=conv.now, mode=mode
+                    )
+                    latencies.setdefault(name, []).append((time.perf_counter() - start) * 1000)
+                    ranked = [conv.covers[r.memory.content] for r in results]
+                    row[name] = {k: recall_at(q.evidence, ranked, k) for k in KS}
+                    row[f"{name}_top"] = [sorted(c) for c in ranked]
                 row["bm25"] = {k: recall_at(q.evidence, bm, k) for k in KS}
-                row["popagent_top"] = [sorted(c) for c in ranked]
                 row["bm25_top"] = [sorted(c) for c in bm]
                 rows.append(row)
-    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
+    names = [*variants, "bm25"]
+    recall_ms = {}
+    for name, values in latencies.items():
+        quantiles = statistics.quantiles(values, n=100, method="inclusive")
+        recall_ms[name] = {"n": len(values), "p50": quantiles[49], "p95": quantiles[94]}
     return {
         "ingest_s": ingest_s,
+        "embedder": embedder.model if embedder is not None else None,
         "episodes": sum(len(c.covers) for c in conversations),
-        "recall_ms": {"n": len(latencies), "p50": quantiles[49], "p95": quantiles[94]},
-        "summary": summarize(rows),
+        "systems": names,
+        "recall_ms": recall_ms,
+        "summary": summarize(rows, names),
         "questions": rows,
     }
 
 
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
     groups = [(name, [r for r in rows if r["category"] == c]) for c, name in CATEGORIES.items()]
     out = []
     for name, group in [*groups, ("overall", rows)]:
         entry: dict[str, Any] = {"category": name, "n": len(group)}
-        for system in ("popagent", "bm25"):
+        for system in names:
             entry[system] = {k: statistics.fmean(r[system][k] for r in group) for k in KS}
-        entry["delta@8"] = entry["popagent"][8] - entry["bm25"][8]
         out.append(entry)
     return out
 
 
-def print_table(summary: list[dict[str, Any]]) -> None:
-    head = ["category", "n"] + [f"{s} R@{k}" for s in ("popagent", "BM25") for k in KS]
+def print_table(summary: list[dict[str, Any]], names: list[str], k: int) -> None:
+    best = "fused" if "fused" in names else "lexical"  # the default recall
+    head = ["category", "n", *(f"{s} R@{k}" for s in names), f"{best}-BM25", f"{best}-lexical"]
     cells = [
         [e["category"], str(e["n"])]
-        + [f"{e[s][k]:.3f}" for s in ("popagent", "bm25") for k in KS]
-        + [f"{e['delta@8']:+.3f}"]
+        + [f"{e[s][k]:.3f}" for s in names]
+        + [f"{e[best][k] - e['bm25'][k]:+.3f}", f"{e[best][k] - e['lexical'][k]:+.3f}"]
         for e in summary
     ]
-    head.append("diff @8")
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
     for line in [head, ["-" * w for w in widths], *cells]:
         print("| " + " | ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + " |")
@@ -243,23 +280,43 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to locomo10.json")
     parser.add_argument("--conversations", type=int, metavar="N", help="only the first N")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers here")
+    parser.add_argument(
+        "--embedder",
+        choices=("local", "e5", "none", "openai"),
+        default="local",
+        help="vectors from",
+    )
     args = parser.parse_args()
+    embedder = make_embedder(
+        args.embedder,
+        model=os.environ.get("POPAGENT_EMBEDDING_MODEL"),
+        base_url=os.environ.get("POPAGENT_EMBEDDING_BASE_URL"),
+        api_key=os.environ.get("POPAGENT_EMBEDDING_API_KEY"),
+    )
     started = time.perf_counter()
     conversations = load(args.data, args.conversations)
     tmp = tempfile.mkdtemp(prefix="popagent-locomo-")
     server = None
     try:
         server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
-        out = asyncio.run(evaluate(server.url, conversations))
+        out = asyncio.run(evaluate(server.url, conversations, embedder))
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"LoCoMo: {len(conversations)} conversations, {out['episodes']:,} episodes")
-    print_table(out["summary"])
-    lat = out["recall_ms"]
-    print(f"\ningest (retain_episodes) {out['ingest_s']:.2f} s")
-    print(f"recall over {lat['n']:,} questions: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms")
+    print(
+        f"LoCoMo: {len(conversations)} conversations, {out['episodes']:,} episodes, "
+        f"embedder {out['embedder']}"
+    )
+    for k in KS:
+        print(f"\nEvidence recall@{k}")
+        print_table(out["summary"], out["systems"], k)
+    print(f"\ningest (retain_episodes, with vectors) {out['ingest_s']:.2f} s")
+    for name, lat in out["recall_ms"].items():
+        print(
+            f"recall {name:>7} over {lat['n']:,} questions: "
+            f"p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms"
+        )
     print(f"total {time.perf_counter() - started:.0f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -20,11 +20,12 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
-from popagent.llm import ModelSettings, OpenAIChatModel
+from popagent.llm import OpenAIChatModel
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
 from tests.scripted_model import ScriptedModelServer
+from tests.web_support import scripted_settings
 
 
 @pytest.fixture(scope="session")
@@ -79,17 +80,7 @@ def scripted() -> Iterator[ScriptedModelServer]:
 @pytest.fixture
 async def chat_model(scripted: ScriptedModelServer) -> AsyncIterator[OpenAIChatModel]:
     """The real client against ``scripted``: two retries, millisecond backoff."""
-    settings = ModelSettings(
-        base_url=scripted.base_url,
-        api_key=None,
-        model="scripted-1",
-        timeout_s=5.0,
-        connect_timeout_s=2.0,
-        max_retries=2,
-        backoff_initial_s=0.01,
-        backoff_max_s=0.02,
-    )
-    async with OpenAIChatModel(settings) as model:
+    async with OpenAIChatModel(scripted_settings(scripted, max_retries=2)) as model:
         yield model
 
 

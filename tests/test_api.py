@@ -10,18 +10,22 @@ def test_all_is_exactly_the_public_api() -> None:
     public = {n for n in dir(popagent) if not n.startswith("_")}
     # Submodules are importable, not part of the API.
     modules = {
+        "access",
         "agent",
         "checks",
         "cli",
         "connection",
+        "embed",
         "errors",
         "llm",
+        "mcp",
         "memory",
         "models",
         "observe",
         "secrets",
         "store",
         "threads",
+        "web",
     }
     assert public - modules == set(popagent.__all__)
     assert set(popagent.__all__) <= public

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from .embed.protocol import Embedder
 from .memory.longterm import LongTermMemory
 from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
 from .store.database import open_pool
@@ -19,6 +20,7 @@ async def connect(
     *,
     data_dir: Path | str | None = None,
     weights: RankingWeights = DEFAULT_WEIGHTS,
+    embedder: Embedder | None = None,
     min_size: int = 1,
     max_size: int = 10,
 ) -> AsyncIterator[LongTermMemory]:
@@ -29,6 +31,10 @@ async def connect(
     (default: the platform's user-data directory, or ``POPAGENT_DATA_DIR``)
     and stopped cleanly on exit. Pending migrations are applied first, safely
     even when several processes start at once.
+
+    ``embedder`` (``popagent.embed``: ``LocalEmbedder()``, ``OpenAIEmbedder(...)``,
+    or ``embedder_from_env()``) turns on semantic recall; without it recall
+    is lexical. No model is loaded here: a local one loads on first use.
     """
     async with open_pool(url, data_dir=data_dir, min_size=min_size, max_size=max_size) as pool:
-        yield LongTermMemory(pool, weights=weights)
+        yield LongTermMemory(pool, weights=weights, embedder=embedder)

@@ -178,11 +178,15 @@ class Candidate:
     """A memory the indexes proposed, with its term frequencies and length.
 
     ``term_frequency`` covers the query's lexemes and their neighbours.
+    ``similarity`` is the cosine similarity of the memory's best-matching
+    vector to the query's (semantic recall), ``None`` when the memory has no
+    vector of the query's model or recall runs without embeddings.
     """
 
     memory: Memory
     term_frequency: dict[str, int]
     length: int
+    similarity: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ exits with 1.
 
 Layout: ``common`` (settings, the database, exit codes, output), ``memory``
 (remember, recall, facts, episodes, cleanup, maintain), ``chat``, ``sessions``,
-``secrets``.
+``secrets``, ``mcp`` (the memory as an MCP server).
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import click
 
 from .chat import chat_command
 from .common import DEFAULT_RESOURCE, Settings
+from .embed import embed_command
+from .mcp import mcp_command
 from .memory import cleanup, episodes, facts, maintain, recall, remember
 from .secrets import secrets_group
+from .serve import serve_command
 from .sessions import sessions_group
 from .settings import settings_group
 
@@ -56,10 +59,13 @@ for _command in (
     episodes,
     cleanup,
     maintain,
+    embed_command,
     chat_command,
     sessions_group,
     secrets_group,
     settings_group,
+    mcp_command,
+    serve_command,
 ):
     main.add_command(_command)
 del _command

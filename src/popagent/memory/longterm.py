@@ -7,16 +7,28 @@ raises has changed nothing.
 
 Every method takes ``resource_id`` first; nothing here reads or writes across
 resources except ``maintain``, which applies the retention policy to all.
+
+With an ``embedder`` (``popagent.embed``), every write also stores the
+memory's vectors in the same transaction (embedded before it opens; when the
+model fails, the memory is stored without them and ``embed_missing`` fills
+them in later), and recall fuses the vector index's candidates with the
+lexical ones (``popagent.memory.ranking``). Without one, recall is lexical, as
+the spec describes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from ..checks import check_time
+from ..embed.protocol import Embedder, EmbeddingError, Vectors
 from ..errors import NotFoundError, ValidationError
 from ..models import (
     CorpusStats,
@@ -29,9 +41,12 @@ from ..models import (
 )
 from ..store import memories as store
 from ..store import recall as recall_sql
-from ..store.database import Pool
+from ..store import vectors as vector_store
+from ..store.database import Conn, Pool
 from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank
 from .render import DEFAULT_BUDGET, render
+from .semantic import BackfillReport, backfill, embed_or_none, vector_rows
+from .temporal import query_window
 from .validation import (
     check_id,
     check_importance,
@@ -47,9 +62,16 @@ __all__ = [
     "EPISODE_IMPORTANCE",
     "EPISODE_MAX_AGE",
     "LongTermMemory",
+    "RecallMode",
     "candidate_idfs",
     "recall_pool",
 ]
+
+log = logging.getLogger(__name__)
+
+#: ``lexical``: the spec's ranking; ``vector``: the vector index alone;
+#: ``fused``: both (the default when there is an embedder).
+RecallMode = Literal["lexical", "vector", "fused"]
 
 EPISODE_MAX_AGE = timedelta(days=90)
 EPISODE_CAP_PER_RESOURCE = 5_000
@@ -98,13 +120,43 @@ class LongTermMemory:
     for each call and holds none between calls.
     """
 
-    def __init__(self, pool: Pool, *, weights: RankingWeights = DEFAULT_WEIGHTS) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        weights: RankingWeights = DEFAULT_WEIGHTS,
+        embedder: Embedder | None = None,
+    ) -> None:
         self._pool = pool
         self.weights = weights
+        self._embedder = embedder
 
     @property
     def pool(self) -> Pool:
         return self._pool
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedding model of semantic recall; ``None``: lexical recall only."""
+        return self._embedder
+
+    async def _vectors(self, contents: Sequence[str]) -> list[list[Vectors]] | None:
+        if self._embedder is None or not contents:
+            return None
+        return await embed_or_none(self._embedder, contents)
+
+    async def _write_vectors(
+        self, conn: Conn, memory: Memory, chunks: list[Vectors] | None
+    ) -> None:
+        if self._embedder is None or not chunks:
+            return
+        await vector_store.write_vectors(
+            conn,
+            memory.resource_id,
+            self._embedder.model,
+            self._embedder.dimensions,
+            vector_rows(memory.id, memory.content_sha256, chunks),
+        )
 
     # --- retention ------------------------------------------------------------------------
 
@@ -132,8 +184,13 @@ class LongTermMemory:
         if built is None:
             return None
         content, _redacted = built
-        async with self._pool.connection() as conn:
-            memory, _inserted = await store.insert_episode(
+        vectors = await self._vectors([content])
+        # One transaction only when there are vectors to write with the episode.
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction() if vectors else nullcontext(),
+        ):
+            memory, inserted = await store.insert_episode(
                 conn,
                 resource_id=resource_id,
                 session_id=session_id,
@@ -142,6 +199,8 @@ class LongTermMemory:
                 importance=EPISODE_IMPORTANCE,
                 created_at=created_at,
             )
+            if inserted and vectors:
+                await self._write_vectors(conn, memory, vectors[0])
         return memory
 
     async def retain_episodes(self, resource_id: str, turns: Sequence[EpisodeTurn]) -> int:
@@ -159,10 +218,30 @@ class LongTermMemory:
             built = episode_content(turn.user_text, turn.assistant_text)
             if built is not None:
                 rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
+        by_hash: list[tuple[str, int, Vectors]] = []
+        if self._embedder is not None and rows:
+            async with self._pool.connection() as conn:
+                done = await vector_store.embedded_hashes(
+                    conn, resource_id, self._embedder.model, "episode", [r[2] for r in rows]
+                )
+            todo = list({sha: content for _s, content, sha, _c in rows if sha not in done}.items())
+            vectors = await self._vectors([content for _sha, content in todo])
+            for (sha, _content), chunks in zip(todo, vectors or [], strict=False):
+                by_hash.extend((sha, i, v) for i, v in enumerate(chunks))
         async with self._pool.connection() as conn, conn.transaction():
-            return await store.insert_episodes(
+            inserted = await store.insert_episodes(
                 conn, resource_id=resource_id, importance=EPISODE_IMPORTANCE, rows=rows
             )
+            if self._embedder is not None and by_hash:
+                await vector_store.write_vectors_by_hash(
+                    conn,
+                    resource_id,
+                    self._embedder.model,
+                    self._embedder.dimensions,
+                    "episode",
+                    by_hash,
+                )
+            return inserted
 
     async def remember(
         self,
@@ -195,12 +274,15 @@ class LongTermMemory:
             "importance": importance,
         }
         upsert = store.upsert_fact_by_key if key is not None else store.upsert_fact_by_hash
+        vectors = await self._vectors([content])
         async with self._pool.connection() as conn:
             # A concurrent delete can remove the row between the upsert and the
             # read-back; the second attempt then creates it.
             for _attempt in range(3):
                 async with conn.transaction():
                     outcome = await upsert(conn, **params)
+                    if outcome is not None and outcome[1] != "unchanged" and vectors:
+                        await self._write_vectors(conn, outcome[0], vectors[0])
                 if outcome is not None:
                     memory, action = outcome
                     return RememberResult(memory=memory, action=action)  # type: ignore[arg-type]
@@ -215,27 +297,73 @@ class LongTermMemory:
         *,
         limit: int = 8,
         now: datetime | None = None,
+        mode: RecallMode | None = None,
     ) -> list[RecallResult]:
         """The ``limit`` (1 to 1,000) most relevant memories of this resource, best first.
 
         Each result explains its score (see ``popagent.memory.ranking``). The
         returned memories' access time and count are updated; that bookkeeping
         never blocks on rows another transaction holds. ``now`` (timezone-aware)
-        makes recency relative to another moment, as imports and benchmarks need.
+        makes recency relative to another moment, as imports and benchmarks need,
+        and is what a period the query names ("last week") is relative to.
+        ``mode`` (default: ``fused`` with an embedder, else ``lexical``) picks
+        the signals; ``vector`` and ``fused`` need an embedder. When the model
+        fails, recall falls back to ``lexical`` (logged) rather than fail.
         """
         resource_id = check_id("resource_id", resource_id)
         query = check_query(query)
         limit = check_limit(limit)
         now = check_time("now", now) or datetime.now(UTC)
+        mode = self._check_mode(mode)
+        window = query_window(query, now) if self.weights.time > 0 else None
+        pool = recall_pool(limit)
         async with self._pool.connection() as conn:
             # No transaction: each statement reads a consistent snapshot, and a
             # write landing between them can only shift a score, never leak or
             # lose a row of another resource.
-            stats = await recall_sql.corpus_stats(conn, resource_id, query)
-            candidates = await recall_sql.candidates(
-                conn, resource_id, stats, idfs=candidate_idfs(stats), pool=recall_pool(limit)
+            embedding = (
+                asyncio.create_task(self._query_vector(query)) if mode != "lexical" else None
             )
-            results = rank(candidates, stats, now=now, limit=limit, weights=self.weights)
+            try:
+                stats = await recall_sql.corpus_stats(conn, resource_id, query)
+            finally:
+                query_vector = await embedding if embedding is not None else None
+            if query_vector is None or self._embedder is None:
+                candidates = await recall_sql.candidates(
+                    conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
+                )
+                results = rank(
+                    candidates, stats, now=now, limit=limit, weights=self.weights, window=window
+                )
+            else:
+                found = []
+                if mode == "fused":
+                    # Lexical candidates carry no similarity: those near enough to
+                    # matter are among the vector candidates too, and merge with them.
+                    found = await recall_sql.candidates(
+                        conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
+                    )
+                found += await vector_store.nearest(
+                    conn,
+                    resource_id,
+                    model=self._embedder.model,
+                    query=query_vector,
+                    limit=pool,
+                    lexemes=recall_sql.scored_lexemes(stats),
+                    resource_size=stats.documents,
+                )
+                weights = self.weights
+                if mode == "vector":
+                    weights = replace(weights, fusion="blend", semantic_share=1.0)
+                results = rank(
+                    found,
+                    stats,
+                    now=now,
+                    limit=limit,
+                    weights=weights,
+                    semantic=True,
+                    window=window,
+                )
             if not results:
                 return []
             touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
@@ -252,6 +380,56 @@ class LongTermMemory:
             else r
             for r in results
         ]
+
+    def _check_mode(self, mode: object) -> RecallMode:
+        if mode is None:
+            return "fused" if self._embedder is not None else "lexical"
+        if mode not in ("lexical", "vector", "fused"):
+            raise ValidationError("mode", "must be 'lexical', 'vector' or 'fused'")
+        if mode != "lexical" and self._embedder is None:
+            raise ValidationError("mode", f"{mode!r} recall needs an embedder")
+        return mode
+
+    async def _query_vector(self, query: str) -> Vectors | None:
+        assert self._embedder is not None
+        try:
+            vectors = await self._embedder.embed([query], kind="query")
+            first: Vectors = vectors[0]
+            return first
+        except EmbeddingError as exc:
+            log.warning("recall without vectors: %s", exc)
+            return None
+
+    async def embed_missing(
+        self,
+        resource_id: str | None,
+        *,
+        batch_size: int = 64,
+        max_memories: int | None = None,
+        prune: bool = False,
+        on_start: Callable[[int], None] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> BackfillReport:
+        """Embed this resource's memories (``None``: every resource's) that have no vector
+        of the embedder's model; resumable (see ``popagent.memory.semantic.backfill``).
+
+        ``prune`` also deletes those resources' vectors of other models. Needs an embedder.
+        """
+        if self._embedder is None:
+            raise ValidationError("embedder", "embedding memories needs an embedder")
+        resources = [check_id("resource_id", resource_id)] if resource_id is not None else None
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValidationError("batch_size", "must be an integer >= 1")
+        return await backfill(
+            self._pool,
+            self._embedder,
+            resources,
+            batch_size=batch_size,
+            max_memories=max_memories,
+            prune=prune,
+            on_start=on_start,
+            on_batch=on_batch,
+        )
 
     @staticmethod
     def render(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:
@@ -292,8 +470,12 @@ class LongTermMemory:
         importance = check_importance(importance)
         if session_id is not None:
             session_id = check_id("session_id", session_id)
-        async with self._pool.connection() as conn:
-            return await store.insert_fact(
+        vectors = await self._vectors([content])
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction() if vectors else nullcontext(),
+        ):
+            memory = await store.insert_fact(
                 conn,
                 resource_id=resource_id,
                 session_id=session_id,
@@ -302,6 +484,8 @@ class LongTermMemory:
                 sha=sha256_hex(content),
                 importance=importance,
             )
+            await self._write_vectors(conn, memory, vectors[0] if vectors else None)
+            return memory
 
     async def update_fact(
         self,
@@ -324,6 +508,7 @@ class LongTermMemory:
         new_content = normalize_fact_content(content) if content is not None else None
         new_key = normalize_key(key)
         new_importance = check_importance(importance) if importance is not None else None
+        vectors = await self._vectors([new_content]) if new_content is not None else None
         async with self._pool.connection() as conn, conn.transaction():
             current = await store.get_memory(conn, resource_id, id, "fact")
             if current is None:
@@ -338,6 +523,9 @@ class LongTermMemory:
                 key=None if clear_key else (new_key if new_key is not None else current.key),
                 importance=new_importance if new_importance is not None else current.importance,
             )
+            # The content trigger dropped the old vectors if the text changed.
+            if updated is not None and updated.content_sha256 != current.content_sha256:
+                await self._write_vectors(conn, updated, vectors[0] if vectors else None)
         if updated is None:
             raise NotFoundError(f"no fact {id} in this resource")
         return updated
@@ -427,18 +615,25 @@ class LongTermMemory:
         async with self._pool.connection() as conn:
             return await store.cleanup(conn, resource_id, kind=kind, older_than=older_than)
 
-    async def maintain(self, *, now: datetime | None = None) -> MaintenanceReport:
+    async def maintain(
+        self, *, now: datetime | None = None, resource_id: str | None = None
+    ) -> MaintenanceReport:
         """Daily retention: episodes older than 90 days go, and each resource keeps at most
         its 5,000 newest episodes. Facts are never pruned.
 
         Runs under an advisory lock in one transaction, so two processes at
         once never interleave; running it again at once deletes nothing.
+        ``resource_id`` applies the same rules to that resource alone.
         """
         now = check_time("now", now) or datetime.now(UTC)
+        if resource_id is not None:
+            resource_id = check_id("resource_id", resource_id)
         async with self._pool.connection() as conn, conn.transaction():
             await store.lock_maintenance(conn)
-            expired = await store.delete_expired_episodes(conn, now - EPISODE_MAX_AGE)
-            capped = await store.delete_over_cap_episodes(conn, EPISODE_CAP_PER_RESOURCE)
+            expired = await store.delete_expired_episodes(conn, now - EPISODE_MAX_AGE, resource_id)
+            capped = await store.delete_over_cap_episodes(
+                conn, EPISODE_CAP_PER_RESOURCE, resource_id
+            )
         return MaintenanceReport(expired_episodes=expired, capped_episodes=capped)
 
     # --- shared helpers -------------------------------------------------------------------

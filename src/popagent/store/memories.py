@@ -407,17 +407,48 @@ USING (
 WHERE m.id = doomed.id
 """
 
+# The same two rules for one resource (the management API's "run maintenance now").
+DELETE_EXPIRED_EPISODES_OF = """
+DELETE FROM popagent_memories
+WHERE resource_id = %(resource_id)s AND kind = 'episode' AND created_at < %(cutoff)s
+"""
+
+DELETE_OVER_CAP_EPISODES_OF = """
+DELETE FROM popagent_memories m
+USING (
+    SELECT id FROM popagent_memories
+    WHERE resource_id = %(resource_id)s AND kind = 'episode'
+    ORDER BY created_at DESC, id DESC
+    OFFSET %(cap)s
+) doomed
+WHERE m.resource_id = %(resource_id)s AND m.id = doomed.id
+"""
+
 
 async def lock_maintenance(conn: Conn) -> None:
     """Serialize maintenance across processes until the caller's transaction ends."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_ID,))
 
 
-async def delete_expired_episodes(conn: Conn, cutoff: datetime) -> int:
-    cur = await conn.execute(DELETE_EXPIRED_EPISODES, {"cutoff": cutoff})
+async def delete_expired_episodes(
+    conn: Conn, cutoff: datetime, resource_id: str | None = None
+) -> int:
+    """Episodes created before ``cutoff``: of every resource, or of ``resource_id`` only."""
+    if resource_id is None:
+        cur = await conn.execute(DELETE_EXPIRED_EPISODES, {"cutoff": cutoff})
+    else:
+        cur = await conn.execute(
+            DELETE_EXPIRED_EPISODES_OF, {"cutoff": cutoff, "resource_id": resource_id}
+        )
     return cur.rowcount
 
 
-async def delete_over_cap_episodes(conn: Conn, cap: int) -> int:
-    cur = await conn.execute(DELETE_OVER_CAP_EPISODES, {"cap": cap})
+async def delete_over_cap_episodes(conn: Conn, cap: int, resource_id: str | None = None) -> int:
+    """Episodes beyond each resource's ``cap`` newest: every resource, or ``resource_id`` only."""
+    if resource_id is None:
+        cur = await conn.execute(DELETE_OVER_CAP_EPISODES, {"cap": cap})
+    else:
+        cur = await conn.execute(
+            DELETE_OVER_CAP_EPISODES_OF, {"cap": cap, "resource_id": resource_id}
+        )
     return cur.rowcount

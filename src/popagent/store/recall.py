@@ -44,6 +44,7 @@ __all__ = [
     "candidates",
     "choose_lexemes",
     "corpus_stats",
+    "scored_lexemes",
     "tsquery_literal",
 ]
 
@@ -180,16 +181,21 @@ def candidate_parameters(
     chosen = choose_lexemes(candidate_lexemes(stats))
     if not chosen:
         return None
-    lexemes = set(stats.document_frequency)
-    lexemes.update(n.lexeme for near in stats.neighbours.values() for n in near)
     return {
         "resource_id": resource_id,
         "chosen": chosen,
         "term_queries": [tsquery_literal([lex]) for lex in chosen],
         "idfs": [idfs[lex] for lex in chosen],
-        "lexemes": sorted(lexemes),
+        "lexemes": scored_lexemes(stats),
         "pool": pool,
     }
+
+
+def scored_lexemes(stats: CorpusStats) -> list[str]:
+    """The lexemes whose term frequencies ranking reads: the query's and their neighbours."""
+    lexemes = set(stats.document_frequency)
+    lexemes.update(n.lexeme for near in stats.neighbours.values() for n in near)
+    return sorted(lexemes)
 
 
 async def candidates(

@@ -1,0 +1,110 @@
+"""``popagent mcp``: serve the resource's memory over the Model Context Protocol.
+
+The resource is the group's ``--resource-id`` (default ``popagent-user``); MCP
+clients cannot choose another. Over stdio (the default) the client starts this
+command itself; over streamable HTTP it serves ``http://HOST:PORT/mcp``, on
+127.0.0.1 unless ``--host`` says otherwise, which needs a bearer token
+(``POPAGENT_TOKEN`` or ``--token-file``): without one the command exits with 2
+before opening the database. Messages for a person go to stderr; on stdio,
+stdout carries only the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import click
+
+from ..access import load_token, require_token_for
+from ..checks import check_id
+from ..connection import connect
+from .common import Settings, exit_codes
+
+__all__ = ["mcp_command"]
+
+# ``popagent.mcp`` (the SDK, uvicorn) is imported when the command runs, not when
+# the CLI starts: it would add a second to every other command. These equal
+# ``popagent.mcp.DEFAULT_HOST`` and ``DEFAULT_PORT`` (a test pins it).
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8766
+
+
+@click.command("mcp")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio for a client that starts this command; http for streamable HTTP.",
+)
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="HTTP: address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="HTTP: port to bind (0: a free one, printed on stderr).",
+)
+@click.option(
+    "--token-file",
+    envvar="POPAGENT_TOKEN_FILE",
+    type=click.Path(dir_okay=False),
+    help="HTTP: file whose first line is the bearer token (or set POPAGENT_TOKEN).",
+)
+@click.pass_context
+def mcp_command(
+    ctx: click.Context, transport: str, host: str, port: int, token_file: str | None
+) -> None:
+    """Serve this resource's memory as MCP tools (remember, recall, list_facts,
+    forget_fact, list_episodes, get_episode)."""
+    settings: Settings = ctx.obj
+    with exit_codes():
+        resource_id = check_id("resource_id", settings.resource_id)
+        sock: socket.socket | None = None
+        token: str | None = None
+        if transport == "http":
+            token = load_token(token_file)
+            require_token_for(host, token)
+            from ..mcp import bind
+
+            try:
+                sock = bind(host, port)
+            except OSError as exc:
+                raise click.ClickException(f"cannot bind {host}:{port}: {exc.strerror}") from exc
+        try:
+            asyncio.run(_serve(settings, resource_id, sock, token))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if sock is not None:
+                sock.close()
+
+
+async def _serve(
+    settings: Settings, resource_id: str, sock: socket.socket | None, token: str | None
+) -> None:
+    from ..mcp import MCP_PATH, MemoryServer, serve_http, serve_stdio
+
+    # stdio serves one client; HTTP may serve several agents at once.
+    pool_size = 4 if sock is None else 10
+    async with connect(
+        settings.database_url, data_dir=settings.data_dir, max_size=pool_size
+    ) as memory:
+        server = MemoryServer(memory, resource_id)
+        if sock is None:
+            _note(f"serving resource {resource_id!r} over stdio")
+            await serve_stdio(server)
+            return
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        auth = "bearer token required" if token else "no token (loopback only)"
+        _note(
+            f"serving resource {resource_id!r} over streamable HTTP at "
+            f"http://{shown}:{port}{MCP_PATH} ({auth})"
+        )
+        await serve_http(server, sock, token=token)
+
+
+def _note(message: str) -> None:
+    click.echo(f"popagent mcp: {message}", err=True)

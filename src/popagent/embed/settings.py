@@ -1,0 +1,68 @@
+"""Choosing an embedder from settings: ``local`` (the default), ``openai`` or ``none``.
+
+Read from the environment by the command line and by programs that want the
+same choice; a library user may just pass an ``Embedder`` to ``connect``.
+
+``POPAGENT_EMBEDDER``
+    ``local`` (all-MiniLM-L6-v2 on the CPU), ``e5`` (multilingual-e5-small,
+    4-bit, on the CPU: better recall, slower), ``openai`` (an OpenAI-compatible
+    endpoint) or ``none`` (lexical recall only). Default ``local``.
+``POPAGENT_EMBEDDING_MODEL``, ``POPAGENT_EMBEDDING_BASE_URL``, ``POPAGENT_EMBEDDING_API_KEY``, ``POPAGENT_EMBEDDING_DIMENSIONS``
+    For ``openai``: the model (required), the server (default: OpenAI's), its
+    key (default ``OPENAI_API_KEY``) and optionally the dimensions to request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..errors import ValidationError
+from .e5 import E5Embedder
+from .local import LocalEmbedder
+from .protocol import Embedder
+from .remote import OpenAIEmbedder
+
+__all__ = ["DEFAULT_PROVIDER", "PROVIDERS", "embedder_from_env", "make_embedder"]
+
+PROVIDERS = ("local", "e5", "openai", "none")
+DEFAULT_PROVIDER = "local"
+
+
+def make_embedder(
+    provider: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    dimensions: int | None = None,
+) -> Embedder | None:
+    """The embedder ``provider`` names; ``None`` for ``none``. Nothing is loaded yet."""
+    if provider == "none":
+        return None
+    if provider == "local":
+        return LocalEmbedder()
+    if provider == "e5":
+        return E5Embedder()
+    if provider == "openai":
+        if not model:
+            raise ValidationError("embedding_model", "the openai provider needs a model name")
+        return OpenAIEmbedder(model, base_url=base_url, api_key=api_key, dimensions=dimensions)
+    raise ValidationError("embedder", f"must be one of {', '.join(PROVIDERS)}")
+
+
+def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
+    """The embedder the ``POPAGENT_EMBEDDER*`` variables choose (see the module docstring)."""
+    env = os.environ if env is None else env
+    raw_dimensions = env.get("POPAGENT_EMBEDDING_DIMENSIONS") or None
+    try:
+        dimensions = int(raw_dimensions) if raw_dimensions else None
+    except ValueError:
+        raise ValidationError("POPAGENT_EMBEDDING_DIMENSIONS", "must be an integer") from None
+    return make_embedder(
+        (env.get("POPAGENT_EMBEDDER") or DEFAULT_PROVIDER).strip().lower(),
+        model=env.get("POPAGENT_EMBEDDING_MODEL"),
+        base_url=env.get("POPAGENT_EMBEDDING_BASE_URL"),
+        api_key=env.get("POPAGENT_EMBEDDING_API_KEY") or env.get("OPENAI_API_KEY"),
+        dimensions=dimensions,
+    )

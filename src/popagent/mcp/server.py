@@ -1,0 +1,182 @@
+"""``MemoryServer``: popagent's memory as an MCP server bound to one resource.
+
+It wraps the SDK's low-level ``mcp.server.Server`` (rather than ``MCPServer``,
+whose tools are Python signatures) so that the tools keep popagent's exact
+JSON Schemas and every call goes through popagent's ``ToolRunner``.
+
+Invariants:
+- The resource is the server's configuration (``resource_id``, fixed at
+  construction); no tool takes one. A call that passes ``resource_id`` or any
+  other unknown argument is refused as a tool error naming the argument, and
+  nothing runs. The SDK itself passes unknown arguments through unchecked, so
+  this check is ours (``check_arguments`` against the closed schemas).
+- Every ``tools/call`` runs through ``ToolRunner`` with this server's hooks
+  (by default one ``AuditHook``): the same ``popagent_audit`` rows as a tool
+  call inside a turn, without content. The rows are written before the result
+  is sent, so a client that reads the audit log after a call finds them.
+- Refused and failed calls are MCP tool results with ``isError: true`` and the
+  runner's message, never protocol errors: the model reads why.
+
+Audit session IDs: ``mcp-<Mcp-Session-Id>`` for a streamable-HTTP client that
+uses MCP sessions; otherwise ``mcp-<uuid>`` drawn once per server, which over
+stdio is the one client connection the process serves (and, over HTTP, groups
+the sessionless requests of 2026-era clients by server run). The same ID is
+the originating ``session_id`` of the facts ``remember`` stores.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .. import __version__
+from ..agent.audit import AuditHook
+from ..agent.hooks import Hook, HookSet
+from ..agent.runner import ToolRunner
+from ..agent.tools import ToolContext, ToolOutcome
+from ..checks import check_id
+from ..memory.longterm import LongTermMemory
+from .episodes import GetEpisodeTool, ListEpisodesTool
+from .guidance import SERVER_INSTRUCTIONS
+from .shapes import StructuredSlot
+from .tools import ForgetFactTool, ListFactsTool, McpRememberTool, MemoryTool, RecallTool
+
+__all__ = ["RESOURCE_HINT", "SERVER_NAME", "SESSION_PREFIX", "MemoryServer", "memory_tools"]
+
+SERVER_NAME = "popagent"
+#: Appended to the refusal of a call that tried to choose a resource.
+RESOURCE_HINT = (
+    " The memory's resource is fixed by the server's configuration "
+    "(popagent mcp --resource-id); a tool call cannot choose it."
+)
+#: The prefix of every audit session ID an MCP server writes.
+SESSION_PREFIX = "mcp-"
+_MCP_SESSION = re.compile(r"[A-Za-z0-9._~-]{1,200}")
+_SESSION_HEADER = "mcp-session-id"
+
+
+def memory_tools(slot: StructuredSlot) -> list[MemoryTool]:
+    """The tools of one call, in the order they are listed; those with structured
+    output leave it in ``slot``."""
+    return [
+        McpRememberTool(),
+        RecallTool(slot),
+        ListFactsTool(slot),
+        ForgetFactTool(),
+        ListEpisodesTool(slot),
+        GetEpisodeTool(slot),
+    ]
+
+
+def _describe(tool: MemoryTool) -> types.Tool:
+    hints = tool.hints
+    return types.Tool(
+        name=tool.name,
+        title=hints.title,
+        description=tool.spec.description,
+        input_schema=dict(tool.spec.parameters),
+        output_schema=hints.output_schema,
+        annotations=types.ToolAnnotations(
+            title=hints.title,
+            read_only_hint=hints.read_only,
+            destructive_hint=hints.destructive,
+            idempotent_hint=hints.idempotent,
+            open_world_hint=False,
+        ),
+    )
+
+
+class MemoryServer:
+    """An MCP server over ``memory`` for the one resource ``resource_id``.
+
+    ``hooks`` defaults to one ``AuditHook`` on the memory's pool; pass ``[]``
+    for none. ``lowlevel`` is the SDK server to run on a transport (see
+    ``popagent.mcp.transport``).
+    """
+
+    def __init__(
+        self,
+        memory: LongTermMemory,
+        resource_id: str,
+        *,
+        hooks: Sequence[Hook] | None = None,
+    ) -> None:
+        self.memory = memory
+        self.resource_id = check_id("resource_id", resource_id)
+        self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
+        self.session_id = f"{SESSION_PREFIX}{uuid.uuid4()}"
+        listed = memory_tools(StructuredSlot())
+        self._listing = [_describe(tool) for tool in listed]
+        self._schemas = {tool.name: tool.spec.parameters for tool in listed}
+        self.lowlevel: Server[Any] = Server(
+            SERVER_NAME,
+            version=__version__,
+            title="popagent memory",
+            description="Long-term memory for LLM agents on PostgreSQL.",
+            instructions=SERVER_INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=self._schemas.get,
+        )
+
+    @property
+    def tools(self) -> list[types.Tool]:
+        """The tools as ``tools/list`` gives them."""
+        return [tool.model_copy(deep=True) for tool in self._listing]
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any] | None, *, session_id: str | None = None
+    ) -> types.CallToolResult:
+        """Run one tool call as ``tools/call`` does (hooks, audit, errors as results)."""
+        slot = StructuredSlot()
+        runner = ToolRunner(memory_tools(slot), self.hooks)
+        ctx = ToolContext(self.resource_id, session_id or self.session_id, self.memory)
+        args = dict(arguments or {})
+        outcome = await runner.call(ctx, name, args)
+        # The audit rows are committed before the client hears back.
+        await runner.drain()
+        return _result(outcome, slot, tried_resource=any("resource" in n.lower() for n in args))
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await self.call(params.name, params.arguments, session_id=self._session_of(ctx))
+
+    def _session_of(self, ctx: ServerRequestContext[Any]) -> str:
+        """``mcp-<Mcp-Session-Id>`` for a handshake-era HTTP session, else this server's ID.
+
+        Only the handshake era has MCP sessions (the SDK's session manager admits
+        no unknown ID); a 2026-era request's header, if any, is not trusted.
+        """
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self.session_id
+        headers = getattr(ctx.request, "headers", None)
+        value = headers.get(_SESSION_HEADER) if isinstance(headers, Mapping) else None
+        if isinstance(value, str) and _MCP_SESSION.fullmatch(value):
+            return f"{SESSION_PREFIX}{value}"
+        return self.session_id
+
+
+def _result(
+    outcome: ToolOutcome, slot: StructuredSlot, *, tried_resource: bool
+) -> types.CallToolResult:
+    text = outcome.text
+    failed = outcome.outcome != "ok"
+    if failed and tried_resource and outcome.error_type == "InvalidArguments":
+        text += RESOURCE_HINT
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=None if failed else slot.value,
+        is_error=failed,
+    )

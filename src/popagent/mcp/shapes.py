@@ -1,0 +1,150 @@
+"""The structured side of MCP tool results: JSON shapes, their schemas, and the slot
+a tool leaves them in.
+
+An MCP tool result has text (what most clients show the model) and optionally
+``structuredContent`` matching the tool's declared ``outputSchema``. popagent's
+``ToolRunner`` carries text only, so a tool that has structured output writes it
+into a ``StructuredSlot`` it was built with; the server builds fresh tools and a
+fresh slot for every call, so concurrent calls never share one.
+
+Invariants:
+- Every shape here has a schema here, and the tests validate real results
+  against it (the SDK's client does too).
+- Shapes never carry ``resource_id``: the resource is the server's configuration,
+  not something a client reads or chooses.
+- Structured output is built only from memories already screened when they were
+  written (facts refuse credentials; episodes are stored redacted), like the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import Memory, RecallResult
+
+__all__ = [
+    "EPISODE_PREVIEW_CHARS",
+    "EPISODE_SUMMARY_SCHEMA",
+    "MEMORY_SCHEMA",
+    "RECALL_RESULT_SCHEMA",
+    "StructuredSlot",
+    "episode_summary_json",
+    "memory_json",
+    "object_schema",
+    "preview",
+    "recall_result_json",
+]
+
+#: An episode in a list shows this much of its text; ``get_episode`` gives all of it.
+EPISODE_PREVIEW_CHARS = 300
+
+
+@dataclass(slots=True)
+class StructuredSlot:
+    """Where one tool call leaves its structured result (``None`` until it does)."""
+
+    value: dict[str, Any] | None = None
+
+
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A closed JSON Schema object: exactly ``properties``, ``required`` among them."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+
+MEMORY_SCHEMA = object_schema(
+    {
+        "id": {"type": "integer", "minimum": 1},
+        "kind": {"type": "string", "enum": ["fact", "episode"]},
+        "key": _NULLABLE_STRING,
+        "content": {"type": "string"},
+        "importance": {"type": "number", "minimum": 0, "maximum": 1},
+        "session_id": _NULLABLE_STRING,
+        "created_at": _TIME,
+        "updated_at": _TIME,
+    },
+    ["id", "kind", "key", "content", "importance", "session_id", "created_at", "updated_at"],
+)
+
+RECALL_RESULT_SCHEMA = object_schema(
+    {
+        "memory": MEMORY_SCHEMA,
+        "score": {"type": "number"},
+        "components": {
+            "type": "object",
+            "description": "Each ranking signal: its value in [0, 1], its weight, their product.",
+            "additionalProperties": object_schema(
+                {
+                    "value": {"type": "number"},
+                    "weight": {"type": "number"},
+                    "contribution": {"type": "number"},
+                },
+                ["value", "weight", "contribution"],
+            ),
+        },
+    },
+    ["memory", "score", "components"],
+)
+
+EPISODE_SUMMARY_SCHEMA = object_schema(
+    {
+        "id": {"type": "integer", "minimum": 1},
+        "session_id": _NULLABLE_STRING,
+        "created_at": _TIME,
+        "chars": {"type": "integer", "minimum": 0},
+        "preview": {"type": "string"},
+    },
+    ["id", "session_id", "created_at", "chars", "preview"],
+)
+
+
+def memory_json(m: Memory) -> dict[str, Any]:
+    """A memory as ``MEMORY_SCHEMA`` describes it."""
+    return {
+        "id": m.id,
+        "kind": m.kind,
+        "key": m.key,
+        "content": m.content,
+        "importance": m.importance,
+        "session_id": m.session_id,
+        "created_at": m.created_at.isoformat(),
+        "updated_at": m.updated_at.isoformat(),
+    }
+
+
+def recall_result_json(r: RecallResult) -> dict[str, Any]:
+    """A recall result as ``RECALL_RESULT_SCHEMA`` describes it; ``score`` is the sum of
+    the contributions."""
+    return {
+        "memory": memory_json(r.memory),
+        "score": r.score,
+        "components": {
+            c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
+            for c in r.components
+        },
+    }
+
+
+def preview(text: str, chars: int = EPISODE_PREVIEW_CHARS) -> str:
+    """``text`` on one line, at most ``chars`` characters (``…`` marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[: chars - 1] + "…"
+
+
+def episode_summary_json(m: Memory) -> dict[str, Any]:
+    """An episode in a list, as ``EPISODE_SUMMARY_SCHEMA`` describes it."""
+    return {
+        "id": m.id,
+        "session_id": m.session_id,
+        "created_at": m.created_at.isoformat(),
+        "chars": len(m.content),
+        "preview": preview(m.content),
+    }

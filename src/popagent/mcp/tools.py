@@ -1,0 +1,339 @@
+"""The memory tools an MCP client's model may call: remember, recall, list_facts,
+forget_fact (episodes are in ``episodes``).
+
+Each is a popagent ``Tool``, so the server runs it through ``ToolRunner``: the
+same argument checks (unknown names refused, bounds), hooks and audit rows as a
+tool call inside a turn. ``MemoryTool`` adds what MCP lists beside the schema: a
+title, behaviour hints and the output schema of the structured result.
+
+Invariants:
+- The resource and session come from the ``ToolContext`` the server builds from
+  its configuration; no schema offers them and every schema is closed
+  (``additionalProperties: false``), so a call naming ``resource_id`` is refused
+  before any tool code runs.
+- ``remember`` is the turn pipeline's ``RememberTool`` with an MCP description:
+  same schema, same validation, same secret refusal, same result wording.
+- Tools that return structured results write them into the ``StructuredSlot``
+  they were built with, and only when they succeed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..agent.remember import REMEMBER_SPEC, RememberTool
+from ..agent.tools import Tool, ToolContext, ToolOutcome
+from ..errors import NotFoundError
+from ..llm.protocol import ToolSpec
+from ..memory.render import render
+from ..memory.validation import KEY_CAP, QUERY_CAP, normalize_key
+from ..models import Memory
+from .guidance import FALLIBLE, WORTH_REMEMBERING
+from .shapes import (
+    MEMORY_SCHEMA,
+    RECALL_RESULT_SCHEMA,
+    StructuredSlot,
+    memory_json,
+    object_schema,
+    recall_result_json,
+)
+
+__all__ = [
+    "FORGET_FACT_SPEC",
+    "LIST_FACTS_SPEC",
+    "NO_MEMORIES",
+    "RECALL_SPEC",
+    "REMEMBER_MCP_SPEC",
+    "ForgetFactTool",
+    "ListFactsTool",
+    "McpRememberTool",
+    "MemoryTool",
+    "RecallTool",
+    "ToolHints",
+    "fact_line",
+]
+
+NO_MEMORIES = "No relevant long-term memories."
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHints:
+    """What MCP lists about a tool beyond its name, description and input schema."""
+
+    title: str
+    read_only: bool
+    destructive: bool = False
+    idempotent: bool = False
+    output_schema: dict[str, Any] | None = None
+
+
+class MemoryTool(Tool, Protocol):
+    """A ``Tool`` the MCP server offers, with its ``ToolHints``."""
+
+    @property
+    def hints(self) -> ToolHints: ...
+
+
+# --- remember -----------------------------------------------------------------------------
+
+REMEMBER_MCP_SPEC = ToolSpec(
+    name=REMEMBER_SPEC.name,
+    description=(
+        "Save a durable fact about the user to their long-term memory, so it is available "
+        "in future conversations (in any application connected to this memory). The "
+        "result says whether the fact was created, updated (same key, new value), already "
+        "stored unchanged, or refused and why.\n\n" + WORTH_REMEMBERING
+    ),
+    parameters=REMEMBER_SPEC.parameters,
+)
+
+
+class McpRememberTool:
+    """The turn's ``RememberTool``, described for an MCP client (see module doc)."""
+
+    def __init__(self) -> None:
+        self._inner = RememberTool()
+
+    @property
+    def name(self) -> str:
+        return REMEMBER_MCP_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return REMEMBER_MCP_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(title="Remember a fact", read_only=False, idempotent=True)
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        return await self._inner.run(ctx, arguments)
+
+
+# --- recall -------------------------------------------------------------------------------
+
+RECALL_LIMIT_DEFAULT = 8
+RECALL_LIMIT_MAX = 50
+
+RECALL_SPEC = ToolSpec(
+    name="recall",
+    description=(
+        "Search the user's long-term memory (durable facts and past conversations) for "
+        "what is relevant to a request. Call it with the user's request, or a short "
+        "description of what you need to know, before answering when earlier "
+        "conversations may matter. Returns a labelled block of memories, facts first, "
+        "best first; the structured result also gives each memory's id and its score "
+        "with the ranking components.\n\n" + FALLIBLE
+    ),
+    parameters=object_schema(
+        {
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": QUERY_CAP,
+                "description": "What to look for, in natural language, e.g. 'which UI theme does the user prefer'.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": RECALL_LIMIT_MAX,
+                "description": f"How many memories at most (default {RECALL_LIMIT_DEFAULT}).",
+            },
+        },
+        ["query"],
+    ),
+)
+
+
+class RecallTool:
+    """``recall(query, limit?)``: the rendered block as text, the scored results as structure."""
+
+    def __init__(self, slot: StructuredSlot) -> None:
+        self._slot = slot
+
+    @property
+    def name(self) -> str:
+        return RECALL_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return RECALL_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(
+            title="Recall memories",
+            read_only=True,
+            output_schema=object_schema(
+                {
+                    "rendered": {"type": "string"},
+                    "results": {"type": "array", "items": RECALL_RESULT_SCHEMA},
+                },
+                ["rendered", "results"],
+            ),
+        )
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        results = await ctx.memory.recall(
+            ctx.resource_id,
+            arguments["query"],
+            limit=arguments.get("limit", RECALL_LIMIT_DEFAULT),
+        )
+        block = render(results)
+        self._slot.value = {
+            "rendered": block,
+            "results": [recall_result_json(r) for r in results],
+        }
+        return ToolOutcome.ok(block or NO_MEMORIES)
+
+
+# --- facts --------------------------------------------------------------------------------
+
+LIST_LIMIT_DEFAULT = 50
+LIST_LIMIT_MAX = 200
+
+LIST_FACTS_SPEC = ToolSpec(
+    name="list_facts",
+    description=(
+        "List the durable facts stored about the user, newest first, with their ids and "
+        "keys (use an id or key with forget_fact). Filter by exact key or by a piece of "
+        "text; page with limit and offset. To find facts relevant to a request, prefer "
+        "recall."
+    ),
+    parameters=object_schema(
+        {
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": KEY_CAP,
+                "description": "Only the fact with this key, e.g. 'ui.theme'.",
+            },
+            "text": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": QUERY_CAP,
+                "description": "Only facts containing this text (case-insensitive).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": LIST_LIMIT_MAX,
+                "description": f"How many facts at most (default {LIST_LIMIT_DEFAULT}).",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many of the newest facts to skip (default 0).",
+            },
+        },
+        [],
+    ),
+)
+
+
+def fact_line(m: Memory) -> str:
+    """One fact as ``list_facts`` shows it."""
+    key = f" key={m.key}" if m.key else ""
+    return f"- fact #{m.id}{key} (importance {m.importance:.2f}): {m.content}"
+
+
+class ListFactsTool:
+    """``list_facts(key?, text?, limit?, offset?)``."""
+
+    def __init__(self, slot: StructuredSlot) -> None:
+        self._slot = slot
+
+    @property
+    def name(self) -> str:
+        return LIST_FACTS_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return LIST_FACTS_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(
+            title="List facts",
+            read_only=True,
+            output_schema=object_schema(
+                {"facts": {"type": "array", "items": MEMORY_SCHEMA}}, ["facts"]
+            ),
+        )
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        facts = await ctx.memory.list_facts(
+            ctx.resource_id,
+            key=arguments.get("key"),
+            text=arguments.get("text"),
+            limit=arguments.get("limit", LIST_LIMIT_DEFAULT),
+            offset=arguments.get("offset", 0),
+        )
+        self._slot.value = {"facts": [memory_json(m) for m in facts]}
+        if not facts:
+            return ToolOutcome.ok("No facts match." if arguments else "No facts are stored.")
+        noun = "fact" if len(facts) == 1 else "facts"
+        return ToolOutcome.ok("\n".join([f"{len(facts)} {noun}:", *map(fact_line, facts)]))
+
+
+FORGET_FACT_SPEC = ToolSpec(
+    name="forget_fact",
+    description=(
+        "Delete one durable fact from the user's long-term memory, by its id or by its "
+        "key (give exactly one). Use it when the user asks you to forget something or a "
+        "fact is wrong and has no key to overwrite; to change a keyed fact, call remember "
+        "with the same key instead. Past conversations (episodes) cannot be deleted here."
+    ),
+    parameters=object_schema(
+        {
+            "id": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The fact's id, as list_facts or recall shows it.",
+            },
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": KEY_CAP,
+                "description": "The fact's key, e.g. 'ui.theme'.",
+            },
+        },
+        [],
+    ),
+)
+
+
+class ForgetFactTool:
+    """``forget_fact(id | key)``: delete one fact of this resource."""
+
+    @property
+    def name(self) -> str:
+        return FORGET_FACT_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return FORGET_FACT_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(title="Forget a fact", read_only=False, destructive=True)
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        fact_id = arguments.get("id")
+        key = normalize_key(arguments.get("key"))
+        if (fact_id is None) == (key is None):
+            return ToolOutcome.refused(
+                "Refused, nothing was deleted: give either id or key (exactly one).",
+                "InvalidArguments",
+            )
+        if fact_id is not None:
+            fact = await ctx.memory.get_fact(ctx.resource_id, fact_id)
+        else:
+            found = await ctx.memory.list_facts(ctx.resource_id, key=key, limit=1)
+            if not found:
+                raise NotFoundError(f"no fact with key {key!r} in this resource")
+            fact = found[0]
+        await ctx.memory.delete_fact(ctx.resource_id, fact.id)
+        where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
+        return ToolOutcome.ok(f"Deleted {where}: {fact.content}")

@@ -1,0 +1,223 @@
+"""``/api/memories``, ``/api/facts``, ``/api/episodes``, ``/api/recall``, ``/api/cleanup``.
+
+Every call acts on the server's resource. Episodes are immutable: they can be
+read and deleted, and there is no route that changes one. Lists are newest
+first, paged by ``limit``/``offset``; ``next_offset`` is ``null`` on the last page.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from ...errors import ValidationError
+from ...memory.render import render
+from ...memory.validation import KEY_CAP
+from ...models import Memory
+from ..schemas import (
+    CleanupReport,
+    CleanupRequest,
+    ErrorOut,
+    FactCreate,
+    FactUpdate,
+    MemoryOut,
+    MemoryPage,
+    RecallOut,
+    RecallRequest,
+)
+from ..services import services
+
+__all__ = ["PAGE_LIMIT", "router"]
+
+#: The most memories one page holds.
+PAGE_LIMIT = 200
+_ERRORS: dict[int | str, dict[str, object]] = {
+    404: {"model": ErrorOut},
+    409: {"model": ErrorOut},
+    422: {"model": ErrorOut},
+}
+
+router = APIRouter(prefix="/api", tags=["memories"], responses=_ERRORS)
+
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory's id.")]
+Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT)]
+Offset = Annotated[int, Query(ge=0, le=10_000_000)]
+KeyFilter = Annotated[str | None, Query(min_length=1, max_length=KEY_CAP)]
+TextFilter = Annotated[
+    str | None, Query(min_length=1, max_length=200, description="Case-insensitive substring.")
+]
+SessionFilter = Annotated[str | None, Query(min_length=1, max_length=256)]
+When = Annotated[datetime | None, Query(description="ISO 8601 with a time zone.")]
+
+
+def _page(rows: list[Memory], limit: int, offset: int) -> MemoryPage:
+    more = len(rows) > limit
+    return MemoryPage.model_validate(
+        {
+            "items": [m.to_json() for m in rows[:limit]],
+            "limit": limit,
+            "offset": offset,
+            "next_offset": offset + limit if more else None,
+        }
+    )
+
+
+@router.get("/memories", response_model=MemoryPage, summary="List or search facts and episodes")
+async def list_memories(
+    request: Request,
+    kind: Literal["fact", "episode"] | None = None,
+    key: KeyFilter = None,
+    text: TextFilter = None,
+    session_id: SessionFilter = None,
+    created_after: When = None,
+    created_before: When = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> MemoryPage:
+    s = services(request)
+    rows = await s.memory.list_memories(
+        s.resource_id,
+        kind=kind,
+        key=key,
+        session_id=session_id,
+        text=text,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit + 1,
+        offset=offset,
+    )
+    return _page(rows, limit, offset)
+
+
+@router.get("/memories/{id}", response_model=MemoryOut, summary="Read a fact or an episode")
+async def get_memory(request: Request, id: MemoryId) -> dict[str, object]:
+    s = services(request)
+    return (await s.memory.get(s.resource_id, id)).to_json()
+
+
+# --- facts ------------------------------------------------------------------------------------
+
+
+@router.get("/facts", response_model=MemoryPage, summary="List or search facts")
+async def list_facts(
+    request: Request,
+    key: KeyFilter = None,
+    text: TextFilter = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> MemoryPage:
+    s = services(request)
+    rows = await s.memory.list_facts(
+        s.resource_id, key=key, text=text, limit=limit + 1, offset=offset
+    )
+    return _page(rows, limit, offset)
+
+
+@router.post("/facts", response_model=MemoryOut, status_code=201, summary="Create a fact")
+async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
+    s = services(request)
+    fact = await s.memory.create_fact(
+        s.resource_id, body.content, key=body.key, importance=body.importance
+    )
+    return fact.to_json()
+
+
+@router.get("/facts/{id}", response_model=MemoryOut, summary="Read a fact")
+async def get_fact(request: Request, id: MemoryId) -> dict[str, object]:
+    s = services(request)
+    return (await s.memory.get_fact(s.resource_id, id)).to_json()
+
+
+@router.patch("/facts/{id}", response_model=MemoryOut, summary="Change a fact")
+async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> dict[str, object]:
+    given = body.model_fields_set
+    if not given:
+        raise ValidationError("body", "name at least one of content, key, importance")
+    for name in ("content", "importance"):
+        if name in given and getattr(body, name) is None:
+            raise ValidationError(name, "may not be null (leave it out to keep it)")
+    s = services(request)
+    fact = await s.memory.update_fact(
+        s.resource_id,
+        id,
+        content=body.content,
+        key=body.key,
+        clear_key="key" in given and body.key is None,
+        importance=body.importance,
+    )
+    return fact.to_json()
+
+
+@router.delete("/facts/{id}", status_code=204, summary="Delete a fact")
+async def delete_fact(request: Request, id: MemoryId) -> Response:
+    s = services(request)
+    await s.memory.delete_fact(s.resource_id, id)
+    return Response(status_code=204)
+
+
+# --- episodes ---------------------------------------------------------------------------------
+
+
+@router.get("/episodes", response_model=MemoryPage, summary="List or search episodes")
+async def list_episodes(
+    request: Request,
+    text: TextFilter = None,
+    session_id: SessionFilter = None,
+    created_after: When = None,
+    created_before: When = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> MemoryPage:
+    s = services(request)
+    rows = await s.memory.list_episodes(
+        s.resource_id,
+        session_id=session_id,
+        text=text,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit + 1,
+        offset=offset,
+    )
+    return _page(rows, limit, offset)
+
+
+@router.get("/episodes/{id}", response_model=MemoryOut, summary="Read an episode")
+async def get_episode(request: Request, id: MemoryId) -> dict[str, object]:
+    s = services(request)
+    return (await s.memory.get_episode(s.resource_id, id)).to_json()
+
+
+@router.delete("/episodes/{id}", status_code=204, summary="Delete an episode (they are immutable)")
+async def delete_episode(request: Request, id: MemoryId) -> Response:
+    s = services(request)
+    await s.memory.delete_episode(s.resource_id, id)
+    return Response(status_code=204)
+
+
+# --- recall and cleanup -----------------------------------------------------------------------
+
+
+@router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
+async def recall(request: Request, body: RecallRequest) -> RecallOut:
+    """The ranked memories a turn would recall for ``query``, each with its score
+    components, and exactly the block the model would see."""
+    s = services(request)
+    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit)
+    return RecallOut.model_validate(
+        {
+            "query": body.query,
+            "results": [r.to_json() for r in results],
+            "rendered": render(results),
+        }
+    )
+
+
+@router.post("/cleanup", response_model=CleanupReport, summary="Delete long-term memory")
+async def cleanup(request: Request, body: CleanupRequest) -> CleanupReport:
+    """Explicit cleanup: every memory of the resource, or those of ``kind`` and/or
+    created before ``older_than``. ``confirm`` must be ``true``."""
+    s = services(request)
+    deleted = await s.memory.cleanup(s.resource_id, kind=body.kind, older_than=body.older_than)
+    return CleanupReport(deleted=deleted)

@@ -1,0 +1,127 @@
+"""``create_app``: the server's ASGI application (JSON API, GUI, OpenAPI document).
+
+The lifespan opens what the app needs and closes it in reverse order on
+shutdown: the database (an embedded PostgreSQL is stopped cleanly), the model
+client, observational memory's background work, the maintenance schedule.
+Tests pass an open ``LongTermMemory`` and a model instead; the app then
+borrows them and closes neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from .. import __version__
+from ..connection import connect
+from ..llm import ModelSettings, OpenAIChatModel
+from ..llm.protocol import ChatModel
+from ..memory.longterm import LongTermMemory
+from ..observe.settings_store import MemorySettingsStore
+from ..secrets import SecretCipher, SecretStore
+from ..threads import ThreadStore
+from .api import ROUTERS
+from .config import ServerConfig
+from .errors import install_error_handlers
+from .gui import STATIC_DIR, gui_router
+from .middleware import AccessLog, RequestGuard, SecurityHeaders, TokenGate
+from .scheduler import MaintenanceScheduler
+from .services import Services, build_agent
+
+__all__ = ["create_app"]
+
+DESCRIPTION = """\
+Management API of one popagent server. Every route acts on the server's
+configured resource; no route accepts a resource ID. Errors share one body:
+`{"error", "message", "field"}`."""
+
+
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    memory: LongTermMemory | None = None,
+    model: ChatModel | None = None,
+    model_settings: ModelSettings | None = None,
+    model_from_env: bool = True,
+    cipher: SecretCipher | None = None,
+    database_url: str | None = None,
+    data_dir: str | Path | None = None,
+    pool_size: int = 16,
+) -> FastAPI:
+    """The server app for ``config``.
+
+    Without ``memory``, the lifespan connects to ``database_url`` (or
+    ``POPAGENT_DATABASE_URL``, else the embedded server in ``data_dir``).
+    Without ``model``, the chat routes use a client opened by the lifespan for
+    ``model_settings``, else for ``POPAGENT_MODEL`` and friends when
+    ``model_from_env``; with none of them they answer 503. ``cipher`` turns on
+    the secret tools in chat turns.
+    """
+    config = config or ServerConfig()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            mem = memory
+            if mem is None:
+                mem = await stack.enter_async_context(
+                    connect(database_url, data_dir=data_dir, max_size=pool_size)
+                )
+            chat_model = model
+            wanted = model_settings
+            if chat_model is None and wanted is None and model_from_env:
+                wanted = ModelSettings.from_env()
+            if chat_model is None and wanted is not None:
+                chat_model = await stack.enter_async_context(OpenAIChatModel(wanted))
+            secrets = SecretStore(mem.pool, cipher) if cipher is not None else None
+            agent = (
+                build_agent(mem, chat_model, stack, secrets=secrets)
+                if chat_model is not None
+                else None
+            )
+            scheduler = None
+            if config.maintenance_interval_s is not None:
+                scheduler = MaintenanceScheduler(
+                    mem, config.maintenance_interval_s, delay_s=config.maintenance_delay_s
+                )
+                scheduler.start()
+                stack.push_async_callback(scheduler.aclose)
+            svc = Services(
+                config=config,
+                memory=mem,
+                threads=ThreadStore(mem.pool),
+                settings=MemorySettingsStore(mem.pool),
+                agent=agent,
+                scheduler=scheduler,
+            )
+            # Closed first: turns still running finish before their model and pool go.
+            stack.push_async_callback(svc.drain)
+            app.state.services = svc
+            yield
+
+    app = FastAPI(
+        title="popagent",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load scripts from CDNs; the GUI is local-only
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.include_router(gui_router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    # Added innermost first: the access log sees every response, refusals included.
+    app.add_middleware(
+        RequestGuard, max_body_bytes=config.max_body_bytes, resource_id=config.resource_id
+    )
+    app.add_middleware(TokenGate, token=config.token)
+    app.add_middleware(SecurityHeaders)
+    app.add_middleware(AccessLog)
+    return app

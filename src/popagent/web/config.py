@@ -1,0 +1,35 @@
+"""``ServerConfig``: what one ``popagent serve`` process is configured with.
+
+The resource is fixed here, never by a client: every route reads and writes
+``resource_id`` only (``popagent-user`` by default), as the spec requires of
+management endpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_RESOURCE", "MAX_BODY_BYTES", "ServerConfig"]
+
+DEFAULT_RESOURCE = "popagent-user"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+#: The largest request body accepted. A fact is at most 2,000 characters (8 kB
+#: of UTF-8 at worst) and a chat message 32,000; this leaves room for JSON escapes.
+MAX_BODY_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """One server's settings (see ``popagent serve --help`` for the flags)."""
+
+    resource_id: str = DEFAULT_RESOURCE
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    #: The bearer token; ``None`` only on a loopback address.
+    token: str | None = None
+    #: Seconds between scheduled maintenance runs; ``None`` turns the schedule off.
+    maintenance_interval_s: float | None = 24 * 3600.0
+    #: Seconds after start before the first scheduled run.
+    maintenance_delay_s: float = 60.0
+    max_body_bytes: int = MAX_BODY_BYTES

@@ -1,0 +1,118 @@
+"""One error body for the whole API: ``{"error": ..., "message": ..., "field": ...}``.
+
+Status codes: 400 unreadable JSON, 401 no or wrong token, 404 no such memory or
+session in this resource, 409 a conflicting fact, 413 a body over the limit,
+422 anything that breaks a documented rule (naming the field), 502 the model
+failed during a chat turn, 503 the database or the model is not available. A
+request that gets any of them has written nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import (
+    ConflictError,
+    DatabaseError,
+    NotFoundError,
+    PopagentError,
+    TurnFailedError,
+    ValidationError,
+)
+
+__all__ = ["error_body", "error_response", "install_error_handlers"]
+
+log = logging.getLogger("popagent.web")
+
+_STATUS: tuple[tuple[type[PopagentError], int, str], ...] = (
+    (ValidationError, 422, "validation_error"),
+    (NotFoundError, 404, "not_found"),
+    (ConflictError, 409, "conflict"),
+    (TurnFailedError, 502, "model_failed"),
+    (DatabaseError, 503, "database_unavailable"),
+)
+_HTTP_NAMES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "unavailable",
+}
+
+
+def error_body(error: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": error, "message": message, "field": field}
+
+
+def error_response(status: int, error: str, message: str, field: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(error, message, field), status_code=status)
+
+
+def _field(loc: Sequence[Any]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts)[:120] or None
+
+
+def _validation_message(errors: Sequence[Any]) -> tuple[int, str, str, str | None]:
+    first: dict[str, Any] = (
+        dict(errors[0]) if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    )
+    field = _field(first.get("loc", ()))
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        detail = first.get("ctx", {}).get("error", "")
+        return 400, "invalid_json", f"the body is not valid JSON: {detail}".rstrip(": "), None
+    message = str(first.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        message = "is not a field of this request"
+    elif kind == "missing":
+        message = "is required"
+    if field is not None:
+        message = f"{field}: {message}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return 422, "validation_error", message, field
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map FastAPI's, Starlette's and popagent's errors to the one error body."""
+
+    async def on_request_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        status, error, message, field = _validation_message(exc.errors())
+        return error_response(status, error, message, field)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        name = _HTTP_NAMES.get(exc.status_code, "error")
+        response = error_response(exc.status_code, name, str(exc.detail))
+        if exc.headers:
+            response.headers.update(exc.headers)
+        return response
+
+    async def on_popagent(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, PopagentError)
+        for cls, status, name in _STATUS:
+            if isinstance(exc, cls):
+                if isinstance(exc, ValidationError):
+                    return error_response(status, name, str(exc), exc.field)
+                if status >= 500:
+                    log.warning("request failed: %s", type(exc).__name__)
+                return error_response(status, name, str(exc))
+        log.error("unexpected popagent error: %s", type(exc).__name__)
+        return error_response(500, "internal_error", "the server failed; see its log")
+
+    app.add_exception_handler(RequestValidationError, on_request_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(PopagentError, on_popagent)

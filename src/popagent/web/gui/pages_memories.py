@@ -1,0 +1,147 @@
+"""The memory browser: ``/`` lists and filters facts and episodes, ``/memories/{id}``
+shows one with every piece of metadata.
+
+Filters arrive as a GET query (bookmarkable, no side effects): ``text``
+(case-insensitive substring), ``kind``, ``key``, ``session_id``, ``from`` and
+``to`` (dates, UTC, both inclusive) and ``offset``. A bad filter is shown next
+to its field and lists nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...checks import ID_CAP
+from ...errors import ValidationError
+from ...memory.validation import KEY_CAP, normalize_key
+from ...models import Kind
+from ..services import services
+from .rendering import page
+from .routing import HtmlRoute
+
+__all__ = ["PAGE_SIZE", "Filters", "parse_filters", "router"]
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+#: Memories per page of the browser.
+PAGE_SIZE = 25
+_TEXT_CAP = 200
+_OFFSET_CAP = 10_000_000
+
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+@dataclass(slots=True)
+class Filters:
+    """The browser's filters as typed (``form``) and as the store takes them."""
+
+    form: dict[str, str]
+    kind: Kind | None = None
+    key: str | None = None
+    text: str | None = None
+    session_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    offset: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _day(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValidationError("date", "must be a date like 2026-01-31") from None
+
+
+def parse_filters(query: dict[str, str]) -> Filters:
+    """The filters of a browser query; problems land in ``errors`` by field name."""
+    names = ("text", "kind", "key", "session_id", "from", "to", "offset")
+    form = {name: query.get(name, "").strip() for name in names}
+    f = Filters(form=form)
+    if form["text"]:
+        if len(form["text"]) > _TEXT_CAP:
+            f.errors["text"] = f"must be at most {_TEXT_CAP} characters"
+        else:
+            f.text = form["text"]
+    kinds: dict[str, Literal["fact", "episode"]] = {"fact": "fact", "episode": "episode"}
+    if form["kind"] and form["kind"] not in kinds:
+        f.errors["kind"] = "must be fact or episode"
+    f.kind = kinds.get(form["kind"])
+    if form["key"]:
+        try:
+            f.key = normalize_key(form["key"])
+        except ValidationError as exc:
+            f.errors["key"] = exc.message
+    if form["session_id"]:
+        if len(form["session_id"]) > ID_CAP:
+            f.errors["session_id"] = f"must be at most {ID_CAP} characters"
+        else:
+            f.session_id = form["session_id"]
+    for name in ("from", "to"):
+        if form[name]:
+            try:
+                day = _day(form[name])
+            except ValidationError as exc:
+                f.errors[name] = exc.message
+                continue
+            start = datetime.combine(day, time(), tzinfo=UTC)
+            if name == "from":
+                f.created_after = start
+            else:
+                f.created_before = start + timedelta(days=1)
+    if form["offset"]:
+        if form["offset"].isdigit() and int(form["offset"]) <= _OFFSET_CAP:
+            f.offset = int(form["offset"])
+        else:
+            f.errors["offset"] = f"must be a whole number up to {_OFFSET_CAP:,}"
+    return f
+
+
+def _link_params(f: Filters, offset: int) -> dict[str, Any]:
+    return {**{k: v for k, v in f.form.items() if k != "offset"}, "offset": offset or None}
+
+
+@router.get("/")
+async def browse(request: Request) -> Response:
+    s = services(request)
+    f = parse_filters(dict(request.query_params))
+    rows = []
+    if not f.errors:
+        rows = await s.memory.list_memories(
+            s.resource_id,
+            kind=f.kind,
+            key=f.key,
+            session_id=f.session_id,
+            text=f.text,
+            created_after=f.created_after,
+            created_before=f.created_before,
+            limit=PAGE_SIZE + 1,
+            offset=f.offset,
+        )
+    more = len(rows) > PAGE_SIZE
+    return page(
+        request,
+        "memories.html",
+        active="memories",
+        status_code=422 if f.errors else 200,
+        filters=f,
+        key_cap=KEY_CAP,
+        text_cap=_TEXT_CAP,
+        memories=rows[:PAGE_SIZE],
+        first=f.offset + 1,
+        next_params=_link_params(f, f.offset + PAGE_SIZE) if more else None,
+        previous_params=_link_params(f, max(f.offset - PAGE_SIZE, 0)) if f.offset else None,
+    )
+
+
+@router.get("/memories/{id}")
+async def detail(request: Request, id: MemoryId) -> Response:
+    s = services(request)
+    memory = await s.memory.get(s.resource_id, id)
+    return page(request, "memory.html", active="memories", memory=memory)

@@ -1,0 +1,78 @@
+"""``/recall``: preview what a turn would recall for a query.
+
+Shows the ranked memories with every score component (value, weight,
+contribution) and exactly the block a turn would put in the model's context.
+Like a turn's recall, a preview counts as an access of the memories it
+returns (their access time and count change), so it is a POST with a CSRF
+token, not a GET a link or a prefetch could trigger.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...errors import ValidationError
+from ...memory.render import render
+from ...memory.validation import QUERY_CAP, check_query
+from ..services import services
+from .forms import read_form
+from .rendering import page
+from .routing import HtmlRoute
+
+__all__ = ["LIMIT_CAP", "router"]
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+LIMIT_CAP = 100
+DEFAULT_LIMIT = 8
+
+
+def _page(
+    request: Request,
+    form: dict[str, str],
+    errors: dict[str, str],
+    results: object = None,
+    rendered: str | None = None,
+) -> Response:
+    return page(
+        request,
+        "recall.html",
+        active="recall",
+        status_code=422 if errors else 200,
+        form=form,
+        errors=errors,
+        results=results,
+        rendered=rendered,
+        query_cap=QUERY_CAP,
+        limit_cap=LIMIT_CAP,
+    )
+
+
+@router.get("/recall")
+async def recall_form(request: Request) -> Response:
+    return _page(request, {"query": "", "limit": str(DEFAULT_LIMIT)}, {})
+
+
+@router.post("/recall")
+async def recall(request: Request) -> Response:
+    raw = await read_form(request, ("query", "limit"))
+    form = {"query": raw.get("query", ""), "limit": raw.get("limit", "").strip()}
+    errors: dict[str, str] = {}
+    query = ""
+    try:
+        query = check_query(form["query"])
+    except ValidationError as exc:
+        errors["query"] = exc.message
+    limit = DEFAULT_LIMIT
+    if form["limit"]:
+        if form["limit"].isdigit() and 1 <= int(form["limit"]) <= LIMIT_CAP:
+            limit = int(form["limit"])
+        else:
+            errors["limit"] = f"must be a whole number from 1 to {LIMIT_CAP}"
+    if errors:
+        return _page(request, form, errors)
+    s = services(request)
+    results = await s.memory.recall(s.resource_id, query, limit=limit)
+    return _page(request, form, errors, results, render(results))

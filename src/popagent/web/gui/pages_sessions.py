@@ -1,0 +1,135 @@
+"""``/sessions``: the resource's chat sessions, each with its exact history (paged,
+oldest first) and its observational-memory state, and rename and delete.
+
+The state shows every generation of the observation log, the active
+observations, and the active generation's groups; each group links to the
+exact messages it observed (``#msg-ID`` on the history page that holds them).
+Deleting a session deletes its messages and observations, after a
+confirmation page; long-term memory stays.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Path
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...errors import ValidationError
+from ...store import observations as obs_sql
+from ...threads.service import TITLE_CAP
+from ..services import services
+from .forms import read_form
+from .rendering import page, redirect
+from .routing import HtmlRoute
+
+__all__ = ["MESSAGES_PER_PAGE", "SESSIONS_PER_PAGE", "router"]
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+SESSIONS_PER_PAGE = 50
+MESSAGES_PER_PAGE = 50
+_ID_MAX = 2**63 - 1
+
+SessionId = Annotated[str, Path(min_length=1, max_length=256)]
+
+
+def _number(text: str | None, cap: int = _ID_MAX) -> int | None:
+    if text is None or not text.isdigit() or len(text) > 19 or int(text) > cap:
+        return None
+    return int(text)
+
+
+def session_path(session_id: str) -> str:
+    return "/sessions/" + quote(session_id, safe="")
+
+
+@router.get("/sessions")
+async def list_sessions(request: Request) -> Response:
+    s = services(request)
+    offset = _number(request.query_params.get("offset"), 10_000_000) or 0
+    rows = await s.threads.list_sessions(s.resource_id, limit=SESSIONS_PER_PAGE + 1, offset=offset)
+    more = len(rows) > SESSIONS_PER_PAGE
+    return page(
+        request,
+        "sessions.html",
+        active="sessions",
+        sessions=rows[:SESSIONS_PER_PAGE],
+        next_offset=offset + SESSIONS_PER_PAGE if more else None,
+        previous_offset=max(offset - SESSIONS_PER_PAGE, 0) if offset else None,
+    )
+
+
+async def _session_page(
+    request: Request,
+    session_id: str,
+    *,
+    title_form: str | None = None,
+    title_error: str | None = None,
+) -> Response:
+    s = services(request)
+    session = await s.threads.get_session(s.resource_id, session_id)
+    after_id = _number(request.query_params.get("after_id"))
+    messages = await s.threads.list_messages(
+        s.resource_id, session_id, after_id=after_id, limit=MESSAGES_PER_PAGE
+    )
+    async with s.memory.pool.connection() as conn:
+        logs = await obs_sql.list_logs(conn, s.resource_id, session_id)
+        groups = await obs_sql.groups_of_log(conn, logs[-1]) if logs else []
+    return page(
+        request,
+        "session.html",
+        active="sessions",
+        status_code=422 if title_error else 200,
+        session=session,
+        messages=messages,
+        after_id=after_id,
+        next_after_id=messages[-1].id if len(messages) == MESSAGES_PER_PAGE else None,
+        generations=logs,
+        active_log=logs[-1] if logs else None,
+        groups=groups,
+        title_form=session.title or "" if title_form is None else title_form,
+        title_error=title_error,
+        title_cap=TITLE_CAP,
+        base=session_path(session_id),
+    )
+
+
+@router.get("/sessions/{session_id}")
+async def show_session(request: Request, session_id: SessionId) -> Response:
+    return await _session_page(request, session_id)
+
+
+@router.post("/sessions/{session_id}/rename")
+async def rename_session(request: Request, session_id: SessionId) -> Response:
+    s = services(request)
+    form = await read_form(request, ("title",))
+    title = form.get("title", "")
+    try:
+        await s.threads.rename_session(s.resource_id, session_id, title or None)
+    except ValidationError as exc:
+        return await _session_page(request, session_id, title_form=title, title_error=exc.message)
+    return redirect(session_path(session_id), notice="session-renamed")
+
+
+@router.get("/sessions/{session_id}/delete")
+async def confirm_delete(request: Request, session_id: SessionId) -> Response:
+    s = services(request)
+    session = await s.threads.get_session(s.resource_id, session_id)
+    return page(
+        request,
+        "session_delete.html",
+        active="sessions",
+        session=session,
+        base=session_path(session_id),
+    )
+
+
+@router.post("/sessions/{session_id}/delete")
+async def delete_session(request: Request, session_id: SessionId) -> Response:
+    await read_form(request, ())
+    s = services(request)
+    await s.threads.delete_session(s.resource_id, session_id)
+    return redirect("/sessions", notice="session-deleted")

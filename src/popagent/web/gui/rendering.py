@@ -1,0 +1,118 @@
+"""Page rendering: the Jinja2 environment, the CSRF cookie, redirects and notices.
+
+Invariants:
+- Autoescaping is on for every template: memory content, session titles and
+  settings text are escaped wherever they appear.
+- Every rendered page carries a CSRF token in its context and makes sure the
+  browser holds the matching ``popagent_csrf`` cookie (set once, reused).
+- Pages name the resource from the server's services, never from the request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse
+
+from ..services import services
+from .forms import CSRF_COOKIE, csrf_cookie, new_csrf_token
+
+__all__ = ["TEMPLATES_DIR", "error_page", "notice_of", "page", "redirect"]
+
+TEMPLATES_DIR = Path(__file__).parent / "templates"
+
+#: Messages a redirect may ask a page to show (``?notice=NAME``): fixed texts,
+#: so a crafted link cannot put words on the page.
+NOTICES = {
+    "fact-created": "Fact created.",
+    "fact-updated": "Fact saved.",
+    "fact-deleted": "Fact deleted.",
+    "episode-deleted": "Episode deleted.",
+    "cleanup": "Cleanup done: {n} memories deleted.",
+    "maintenance": "Maintenance done: {expired} expired and {capped} over-cap episodes deleted.",
+    "settings-saved": "Settings saved (version {version}). They apply from the next turn.",
+    "settings-unchanged": "Nothing changed: every value was already set.",
+    "session-renamed": "Session renamed.",
+    "session-deleted": "Session deleted; its long-term memories stay.",
+    "logged-out": "Logged out.",
+}
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "never"
+    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _path(value: object) -> str:
+    """One URL path segment (a session ID may hold anything but ``/``)."""
+    return quote(str(value), safe="")
+
+
+def _query(params: dict[str, Any]) -> str:
+    return urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+_env = Environment(
+    loader=FileSystemLoader(TEMPLATES_DIR),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    auto_reload=False,  # the templates ship with the package; no stat() per render
+)
+_env.filters["when"] = _when
+_env.filters["path"] = _path
+_env.filters["query"] = _query
+
+
+def notice_of(request: Request) -> str | None:
+    """The message a redirect asked for, with its whole-number arguments filled in."""
+    template = NOTICES.get(request.query_params.get("notice", ""))
+    if template is None:
+        return None
+    numbers = {}
+    for name in ("n", "expired", "capped", "version"):
+        raw = request.query_params.get(name, "")
+        numbers[name] = f"{int(raw):,}" if raw.isdigit() and len(raw) < 19 else "?"
+    return template.format(**numbers)
+
+
+def page(
+    request: Request, template: str, *, active: str = "", status_code: int = 200, **context: Any
+) -> HTMLResponse:
+    """Render ``template`` with the shared header context; set the CSRF cookie when missing."""
+    s = services(request)
+    token = csrf_cookie(request)
+    fresh = token is None
+    if token is None:
+        token = new_csrf_token()
+    context.setdefault("notice", notice_of(request))
+    html = _env.get_template(template).render(
+        resource_id=s.resource_id,
+        csrf_token=token,
+        active=active,
+        token_configured=s.config.token is not None,
+        **context,
+    )
+    response = HTMLResponse(html, status_code=status_code)
+    if fresh:
+        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", path="/")
+    return response
+
+
+def error_page(request: Request, status_code: int, title: str, message: str) -> HTMLResponse:
+    return page(
+        request, "error.html", status_code=status_code, title=title, message=message, notice=None
+    )
+
+
+def redirect(path: str, **params: Any) -> RedirectResponse:
+    """303 to a local ``path`` (redirect after POST), with ``params`` as its query."""
+    query = _query(params)
+    return RedirectResponse(f"{path}?{query}" if query else path, status_code=303)

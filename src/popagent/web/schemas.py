@@ -1,0 +1,265 @@
+"""Request and response bodies of the HTTP API, strict and documented in the OpenAPI.
+
+Request bodies forbid unknown fields (so a ``resource_id`` field is refused,
+never ignored), refuse wrong types instead of coercing them (``"0.5"`` is not
+an importance), and refuse NaN and infinities. The library validates again
+(normalization, credential refusal), so both doors have the same rules; these
+models state them in the OpenAPI document for clients and fuzzers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP, QUERY_CAP
+
+__all__ = [
+    "CHAT_MESSAGE_CAP",
+    "ChatReply",
+    "ChatRequest",
+    "CleanupReport",
+    "CleanupRequest",
+    "ComponentOut",
+    "ErrorOut",
+    "FactCreate",
+    "FactUpdate",
+    "Health",
+    "MaintenanceOut",
+    "MemoryOut",
+    "MemoryPage",
+    "MessageOut",
+    "MessagePage",
+    "ObservationGroupOut",
+    "ObservationLogOut",
+    "ObservationsOut",
+    "RecallOut",
+    "RecallRequest",
+    "RecallResultOut",
+    "SessionOut",
+    "SessionPage",
+    "SessionRename",
+    "SettingOut",
+    "SettingsOut",
+    "ToolCallOut",
+]
+
+#: A chat message sent over HTTP; long documents belong in files, not one message.
+CHAT_MESSAGE_CAP = 32_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Content = Annotated[str, Field(min_length=1, max_length=FACT_CONTENT_CAP)]
+Key = Annotated[str, Field(min_length=1, max_length=KEY_CAP)]
+Importance = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class FactCreate(_Strict):
+    """A new fact. ``content`` is required; a taken ``key`` is a 409 (PATCH that fact instead)."""
+
+    content: Content
+    key: Key | None = None
+    importance: Importance = 0.5
+
+
+class FactUpdate(_Strict):
+    """Fields to change; at least one. ``"key": null`` removes the fact's key."""
+
+    content: Content | None = None
+    key: Key | None = None
+    importance: Importance | None = None
+
+
+class RecallRequest(_Strict):
+    query: Annotated[str, Field(min_length=1, max_length=QUERY_CAP)]
+    limit: Annotated[int, Field(ge=1, le=100)] = 8
+
+
+class CleanupRequest(_Strict):
+    """Explicit cleanup. ``confirm`` must be true: this deletes long-term memory for good."""
+
+    confirm: Literal[True]
+    kind: Literal["fact", "episode"] | None = None
+    #: ISO 8601 with a time zone (JSON has no datetime type, so this one field parses text).
+    older_than: Annotated[datetime | None, Field(strict=False)] = None
+
+
+class SessionRename(_Strict):
+    title: Annotated[str, Field(max_length=200)] | None
+
+
+class ChatRequest(_Strict):
+    message: Annotated[str, Field(min_length=1, max_length=CHAT_MESSAGE_CAP)]
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx/5xx body: a message for people, the field at fault when there is one."""
+
+    error: str
+    message: str
+    field: str | None = None
+
+
+class MemoryOut(BaseModel):
+    id: int
+    resource_id: str
+    session_id: str | None
+    kind: Literal["fact", "episode"]
+    key: str | None
+    content: str
+    content_sha256: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    accessed_at: datetime | None
+    access_count: int
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryOut]
+    limit: int
+    offset: int
+    #: The offset of the next page, ``null`` on the last one.
+    next_offset: int | None
+
+
+class ComponentOut(BaseModel):
+    value: float
+    weight: float
+    contribution: float
+
+
+class RecallResultOut(BaseModel):
+    memory: MemoryOut
+    score: float
+    components: dict[str, ComponentOut]
+
+
+class RecallOut(BaseModel):
+    query: str
+    results: list[RecallResultOut]
+    #: Exactly the block a turn would put in the model's context.
+    rendered: str
+
+
+class CleanupReport(BaseModel):
+    deleted: int
+
+
+class MaintenanceOut(BaseModel):
+    expired_episodes: int
+    capped_episodes: int
+
+
+class SessionOut(BaseModel):
+    resource_id: str
+    session_id: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionPage(BaseModel):
+    items: list[SessionOut]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class MessageOut(BaseModel):
+    id: int
+    resource_id: str
+    session_id: str
+    role: str
+    content: str
+    parts: list[dict[str, Any]]
+    created_at: datetime
+
+
+class MessagePage(BaseModel):
+    items: list[MessageOut]
+    #: Pass as ``after_id`` for the next page; ``null`` on the last one.
+    next_after_id: int | None
+
+
+class ObservationLogOut(BaseModel):
+    id: int
+    generation: int
+    origin: Literal["observation", "reflection"]
+    observations: str
+    observation_tokens: int
+    last_observed_message_id: int | None
+    covered_group_ids: list[int]
+    next_reflection_tokens: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ObservationGroupOut(BaseModel):
+    id: int
+    log_id: int
+    kind: Literal["observation", "reflection"]
+    status: str
+    #: The exact messages this group observed: ids in ``popagent_messages``.
+    first_message_id: int
+    last_message_id: int
+    observations: str
+    observation_tokens: int
+    message_tokens: int
+    created_at: datetime
+
+
+class ObservationsOut(BaseModel):
+    session_id: str
+    #: Every generation of the session's log, oldest first; the last is active.
+    generations: list[ObservationLogOut]
+    #: The groups of the active generation, with pointers to their source messages.
+    groups: list[ObservationGroupOut]
+
+
+class SettingOut(BaseModel):
+    name: str
+    value: Any
+    default: Any
+    #: The value as text, as the settings form and ``popagent settings set`` take it.
+    text: str
+    kind: str
+    unit: str
+    accepts: str
+    help: str
+
+
+class SettingsOut(BaseModel):
+    version: int
+    updated_at: datetime | None
+    settings: list[SettingOut]
+
+
+class ToolCallOut(BaseModel):
+    name: str
+    outcome: str
+
+
+class ChatReply(BaseModel):
+    session_id: str
+    reply: str
+    tool_calls: list[ToolCallOut]
+    recalled: list[RecallResultOut]
+    memory_block: str
+    episode_id: int | None
+    model_calls: int
+    overhead_ms: float
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: str

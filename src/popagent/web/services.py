@@ -1,0 +1,103 @@
+"""``Services``: the objects every route shares, built once per server process.
+
+Routes reach them through ``services(request)``. The resource is part of the
+services, not of any request: a route cannot name another one.
+
+Invariants:
+- One chat turn at a time per session (``chat_lock``): two browser tabs on one
+  session take turns instead of interleaving their messages.
+- ``agent`` is ``None`` when no model is configured; the chat routes then
+  answer 503 with how to configure one, and everything else works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from starlette.requests import HTTPConnection
+
+from ..agent import Agent, ObservationalHistory
+from ..llm.protocol import ChatModel
+from ..memory.longterm import LongTermMemory
+from ..observe.settings_store import MemorySettingsStore
+from ..secrets import SecretStore
+from ..threads import ThreadStore
+from .config import ServerConfig
+from .scheduler import MaintenanceScheduler
+
+__all__ = ["Services", "build_agent", "services"]
+
+
+@dataclass(slots=True)
+class Services:
+    """The long-term store, thread store, settings store and (optional) agent of one server."""
+
+    config: ServerConfig
+    memory: LongTermMemory
+    threads: ThreadStore
+    settings: MemorySettingsStore
+    agent: Agent | None
+    scheduler: MaintenanceScheduler | None = None
+    _chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def resource_id(self) -> str:
+        return self.config.resource_id
+
+    def chat_lock(self, session_id: str) -> asyncio.Lock:
+        """The lock that serializes turns of one session in this process."""
+        lock = self._chat_locks.get(session_id)
+        if lock is None:
+            # Locks of idle sessions are dropped so the map stays bounded.
+            if len(self._chat_locks) > 1024:
+                for sid in [s for s, lk in self._chat_locks.items() if not lk.locked()]:
+                    del self._chat_locks[sid]
+            lock = self._chat_locks[session_id] = asyncio.Lock()
+        return lock
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` in the background, kept alive until it ends or ``drain``."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def drain(self, timeout_s: float = 30.0) -> None:
+        """Wait for background work (chat turns whose client left) to end, then cancel the rest."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def build_agent(
+    memory: LongTermMemory,
+    model: ChatModel,
+    stack: AsyncExitStack,
+    *,
+    secrets: SecretStore | None = None,
+) -> Agent:
+    """The server's agent: observational history (closed with ``stack``), the
+    ``read_history`` tool while retrieval is on, the secret tools when a key is set."""
+    history = ObservationalHistory(model)
+    stack.push_async_callback(history.aclose)
+    return Agent(
+        memory,
+        ThreadStore(memory.pool),
+        model,
+        secrets=secrets,
+        history=history,
+        tools=[history.retrieval_tool()],
+    )
+
+
+def services(request: HTTPConnection) -> Services:
+    """The server's services (set on the app's state at startup)."""
+    return cast(Services, request.app.state.services)

@@ -1,0 +1,230 @@
+"""Semantic fusion, the time signal, query periods and chunking: pure, no database."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from popagent.embed import chunk_text, normalize_rows
+from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, rank
+from popagent.memory.temporal import TimeWindow, query_window, time_score
+from popagent.models import Candidate, CorpusStats
+
+from .factories import NOW, make_memory
+
+STATS = CorpusStats(documents=100, average_length=10.0, document_frequency={"wed": 3})
+
+
+def cand(
+    id: int,
+    tf: dict[str, int],
+    similarity: float | None,
+    *,
+    kind: str = "episode",
+    **kw: object,
+) -> Candidate:
+    return Candidate(
+        memory=make_memory(id, kind=kind, **kw),  # type: ignore[arg-type]
+        term_frequency=tf,
+        length=10,
+        similarity=similarity,
+    )
+
+
+def test_blend_finds_a_paraphrase_without_shared_words() -> None:
+    """ "Anna got married" shares no word with the query but is its nearest vector."""
+    paraphrase = cand(1, {}, 0.62)
+    unrelated = cand(2, {}, 0.05)
+    lexical = cand(3, {"wed": 1}, 0.30)
+    results = rank([paraphrase, unrelated, lexical], STATS, now=NOW, limit=10, semantic=True)
+    # The unrelated one is below min_similarity: no evidence, not listed.
+    assert sorted(r.memory.id for r in results) == [1, 3]
+    lexical_only = rank([paraphrase, lexical], STATS, now=NOW, limit=10)
+    assert [r.memory.id for r in lexical_only] == [3]
+
+
+@pytest.mark.parametrize("fusion", ["blend", "rrf"])
+def test_every_signal_is_explained_and_sums_to_the_score(fusion: str) -> None:
+    weights = RankingWeights(fusion=fusion)
+    window = TimeWindow(NOW - timedelta(days=7), NOW, "last week")
+    cands = [cand(i, {"wed": i % 2}, 0.2 + i / 20) for i in range(1, 8)]
+    results = rank(cands, STATS, now=NOW, limit=10, weights=weights, semantic=True, window=window)
+    assert len(results) == 7
+    for r in results:
+        names = {c.name for c in r.components}
+        assert {"text", "trigram", "vector", "similarity", "importance", "recency", "fact"} <= names
+        assert "time" in names
+        assert math.isclose(r.score, sum(c.value * c.weight for c in r.components))
+    assert ("fused" in {c.name for c in results[0].components}) == (fusion == "rrf")
+
+
+def test_vector_signal_is_rescaled_over_the_candidates() -> None:
+    """E5-like cosines (all 0.8 to 0.9) still span the whole signal."""
+    cands = [cand(1, {}, 0.80), cand(2, {}, 0.85), cand(3, {}, 0.90)]
+    results = rank(cands, STATS, now=NOW, limit=3, semantic=True)
+    vector = {
+        r.memory.id: next(c.value for c in r.components if c.name == "vector") for r in results
+    }
+    assert vector == pytest.approx({1: 0.0, 2: 0.5, 3: 1.0})
+    raw = {
+        r.memory.id: next(c.value for c in r.components if c.name == "similarity") for r in results
+    }
+    assert raw == pytest.approx({1: 0.80, 2: 0.85, 3: 0.90})
+    assert [r.memory.id for r in results] == [3, 2, 1]
+
+
+def test_a_memory_without_a_vector_scores_zero_on_the_vector_signal() -> None:
+    results = rank(
+        [cand(1, {"wed": 1}, None), cand(2, {"wed": 1}, 0.5)],
+        STATS,
+        now=NOW,
+        limit=2,
+        semantic=True,
+    )
+    vector = {
+        r.memory.id: next(c.value for c in r.components if c.name == "vector") for r in results
+    }
+    assert vector[1] == 0.0 and results[0].memory.id == 2
+
+
+def test_facts_keep_their_priority_in_fused_ranking() -> None:
+    episode = cand(1, {"wed": 1}, 0.7, kind="episode")
+    fact = cand(2, {"wed": 1}, 0.7, kind="fact")
+    for fusion in ("blend", "rrf"):
+        results = rank(
+            [episode, fact],
+            STATS,
+            now=NOW,
+            limit=2,
+            weights=RankingWeights(fusion=fusion),
+            semantic=True,
+        )
+        assert [r.memory.id for r in results] == [2, 1]
+
+
+def test_duplicate_candidates_merge_keeping_the_best_similarity() -> None:
+    results = rank(
+        [cand(1, {"wed": 1}, None), cand(1, {"wed": 1}, 0.6), cand(2, {}, 0.3)],
+        STATS,
+        now=NOW,
+        limit=5,
+        semantic=True,
+    )
+    assert [r.memory.id for r in results] == [1, 2]
+    raw = next(c.value for c in results[0].components if c.name == "similarity")
+    assert raw == pytest.approx(0.6)
+
+
+def test_rrf_rewards_agreement_of_both_rankings() -> None:
+    weights = RankingWeights(fusion="rrf", importance=0, recency=0, fact=0)
+    both = cand(1, {"wed": 2}, 0.9)
+    lexical = cand(2, {"wed": 1}, 0.1)
+    vector = cand(3, {}, 0.8)
+    results = rank([vector, lexical, both], STATS, now=NOW, limit=3, weights=weights, semantic=True)
+    assert results[0].memory.id == 1
+    fused = next(c for c in results[0].components if c.name == "fused")
+    assert fused.value == pytest.approx(1.0)  # first in both rankings
+
+
+def test_weights_validate_fusion_and_share() -> None:
+    with pytest.raises(ValueError, match="fusion"):
+        RankingWeights(fusion="max")
+    with pytest.raises(ValueError, match="semantic_share"):
+        RankingWeights(semantic_share=1.5)
+    assert DEFAULT_WEIGHTS.fusion == "blend"
+
+
+def test_time_signal_prefers_the_named_period() -> None:
+    window = TimeWindow(NOW - timedelta(days=14), NOW - timedelta(days=7), "last week")
+    inside = cand(1, {"wed": 1}, None, updated_at=NOW - timedelta(days=10))
+    newer = cand(2, {"wed": 1}, None, updated_at=NOW - timedelta(hours=1))
+    without = rank([inside, newer], STATS, now=NOW, limit=2)
+    assert without[0].memory.id == 2  # recency alone prefers the newer one
+    with_window = rank([inside, newer], STATS, now=NOW, limit=2, window=window)
+    assert with_window[0].memory.id == 1
+    assert time_score(NOW - timedelta(days=10), window) == 1.0
+    assert time_score(NOW - timedelta(days=21), window) == pytest.approx(0.5)
+    assert time_score(NOW, window) == pytest.approx(0.5)
+
+
+WED = datetime(2023, 8, 16, 15, 0, tzinfo=UTC)  # a Wednesday
+
+
+def day(y: int, m: int, d: int) -> datetime:
+    return datetime(y, m, d, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("what did I do last week?", day(2023, 8, 7), day(2023, 8, 14)),
+        ("What happened in May 2023?", day(2023, 5, 1), day(2023, 6, 1)),
+        ("anything from yesterday", day(2023, 8, 15), day(2023, 8, 16)),
+        ("what did we plan 3 days ago", day(2023, 8, 13), day(2023, 8, 14)),
+        ("two months ago we talked about", day(2023, 6, 1), day(2023, 7, 1)),
+        ("in 2022 I moved", day(2022, 1, 1), day(2023, 1, 1)),
+        ("last Saturday's party", day(2023, 8, 12), day(2023, 8, 13)),
+        ("on 8 May, 2023", day(2023, 5, 8), day(2023, 5, 9)),
+        ("May 8th 2023", day(2023, 5, 8), day(2023, 5, 9)),
+        ("the 2023-05-08 call", day(2023, 5, 8), day(2023, 5, 9)),
+        ("what did I say this month", day(2023, 8, 1), day(2023, 9, 1)),
+        ("in March", day(2023, 3, 1), day(2023, 4, 1)),
+        ("in September", day(2022, 9, 1), day(2022, 10, 1)),  # the latest September past
+        ("before May 2023", day(2022, 5, 1), day(2023, 5, 1)),
+        ("after June 2023", day(2023, 7, 1), day(2024, 6, 30)),
+    ],
+)
+def test_query_window_reads_named_periods(query: str, start: datetime, end: datetime) -> None:
+    window = query_window(query, WED)
+    assert window is not None, query
+    assert (window.start, window.end) == (start, end)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "When did Caroline go to the support group?",
+        "May I ask what you recommended?",
+        "I march on",
+        "what is my favourite colour",
+        "after the trip, what did we do",  # an event, not a date: left to the other signals
+    ],
+)
+def test_query_window_ignores_questions_without_a_period(query: str) -> None:
+    assert query_window(query, WED) is None
+
+
+def test_since_runs_to_now() -> None:
+    window = query_window("since June", WED)
+    assert window is not None
+    assert window.start == day(2023, 6, 1) and window.end > WED
+
+
+def test_chunks_cover_long_text_in_order_within_the_limit() -> None:
+    sentence = "The quick brown fox jumps over the lazy dog. "
+    text = sentence * 80  # 3,600 characters
+    chunks = chunk_text(text, max_chars=1_000)
+    assert len(chunks) == 4
+    assert all(len(c) <= 1_000 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+    assert chunk_text("short") == ["short"]
+    assert chunk_text("   ") == []
+    assert len(chunk_text("word " * 10_000, max_chars=100, max_chunks=3)) == 3
+
+
+def test_normalize_rows_gives_unit_rows_and_keeps_zero_rows() -> None:
+    rows = normalize_rows(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    assert rows.dtype == np.float32
+    assert rows[0] == pytest.approx([0.6, 0.8]) and not rows[1].any()
+
+
+def test_recency_is_unchanged_by_semantic_mode() -> None:
+    old = cand(1, {"wed": 1}, 0.5, updated_at=NOW - timedelta(days=90))
+    results = rank([old], STATS, now=NOW, limit=1, semantic=True)
+    recency = next(c for c in results[0].components if c.name == "recency")
+    assert recency.value == pytest.approx(0.5)
+    assert replace(DEFAULT_WEIGHTS).recency == recency.weight

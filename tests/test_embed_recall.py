@@ -1,0 +1,341 @@
+"""Semantic recall against the real database: vectors written with their memories,
+isolation inside the vector search, model switching, backfill, time-aware queries.
+
+The embedder is the real ``OpenAIEmbedder`` against a scripted ``/v1/embeddings``
+server (``tests/embedding_server.py``), whose vectors make chosen words mean the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import popagent
+from popagent import EpisodeTurn, LongTermMemory
+from popagent.cli import main
+from popagent.embed import LocalEmbedder, OpenAIEmbedder
+from popagent.errors import ValidationError
+from popagent.store import vectors as vector_store
+
+from .embedding_server import EmbeddingServer, concept_vector
+
+CONCEPTS = {
+    "wedding": "marry",
+    "married": "marry",
+    "marriage": "marry",
+    "sister": "family",
+    "anna": "family",
+}
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddingServer]:
+    with EmbeddingServer(dimensions=384, concepts=CONCEPTS) as s:
+        yield s
+
+
+def client(server: EmbeddingServer, name: str = "scripted-384") -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        "scripted", base_url=server.base_url, name=name, timeout_s=5, max_retries=0
+    )
+
+
+@pytest.fixture
+async def semantic(database_url: str, server: EmbeddingServer) -> AsyncIterator[LongTermMemory]:
+    embedder = client(server)
+    async with popagent.connect(database_url, embedder=embedder, max_size=4) as memory:
+        yield memory
+    await embedder.aclose()
+
+
+async def vector_rows(memory: LongTermMemory, resource: str) -> list[dict[str, Any]]:
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT e.memory_id, e.model, e.chunk, e.dimensions, e.content_sha256,"
+            " m.content_sha256 AS memory_sha"
+            " FROM popagent_memory_embeddings e JOIN popagent_memories m"
+            " ON m.resource_id = e.resource_id AND m.id = e.memory_id"
+            " WHERE e.resource_id = %s ORDER BY e.memory_id, e.model, e.chunk",
+            (resource,),
+        )
+        return list(await cur.fetchall())
+
+
+def component(result: popagent.RecallResult, name: str) -> float:
+    return next(c.value for c in result.components if c.name == name)
+
+
+async def test_paraphrase_is_recalled_without_a_shared_word(
+    semantic: LongTermMemory, resource: str
+) -> None:
+    await semantic.remember(resource, "Anna got married in June")
+    await semantic.remember(resource, "The printer needs new toner")
+    assert await semantic.recall(resource, "my sister's wedding", mode="lexical") == []
+    results = await semantic.recall(resource, "my sister's wedding")
+    assert [r.memory.content for r in results] == ["Anna got married in June"]
+    assert component(results[0], "similarity") > 0.5 and component(results[0], "text") == 0.0
+
+
+async def test_every_write_path_stores_vectors_in_its_transaction(
+    semantic: LongTermMemory, resource: str
+) -> None:
+    await semantic.retain_episode(resource, "s1", "hello there", "general kenobi")
+    await semantic.retain_episode(resource, "s1", "hello there", "general kenobi")  # duplicate
+    turns = [EpisodeTurn("s2", f"question {i}", f"answer {i}") for i in range(5)]
+    assert await semantic.retain_episodes(resource, turns) == 5
+    assert await semantic.retain_episodes(resource, turns) == 0
+    await semantic.remember(resource, "Prefers tea", key="drink")
+    await semantic.create_fact(resource, "Lives in Lisbon")
+    rows = await vector_rows(semantic, resource)
+    memories = await semantic.list_memories(resource, limit=100)
+    assert sorted({r["memory_id"] for r in rows}) == sorted(m.id for m in memories)
+    assert len(rows) == len(memories) == 8  # one chunk each, no duplicates
+    assert all(r["model"] == "scripted-384" and r["dimensions"] == 384 for r in rows)
+    assert all(r["content_sha256"] == r["memory_sha"] for r in rows)
+
+
+async def test_a_long_episode_is_embedded_in_chunks(
+    semantic: LongTermMemory, resource: str
+) -> None:
+    long = " ".join(f"Sentence {i} mentions the garden." for i in range(200))
+    memory = await semantic.retain_episode(resource, "s", long[:3900], "ok")
+    assert memory is not None
+    rows = await vector_rows(semantic, resource)
+    assert [r["chunk"] for r in rows] == list(range(len(rows))) and len(rows) >= 4
+
+
+async def test_changed_content_replaces_vectors_and_stale_ones_never_survive(
+    semantic: LongTermMemory, resource: str, database_url: str
+) -> None:
+    first = await semantic.remember(resource, "Prefers tea", key="drink")
+    second = await semantic.remember(resource, "Prefers coffee", key="drink")
+    assert second.action == "updated" and second.memory.id == first.memory.id
+    rows = await vector_rows(semantic, resource)
+    assert len(rows) == 1 and rows[0]["content_sha256"] == second.memory.content_sha256
+    updated = await semantic.update_fact(resource, first.memory.id, content="Prefers cocoa")
+    rows = await vector_rows(semantic, resource)
+    assert len(rows) == 1 and rows[0]["content_sha256"] == updated.content_sha256
+    # A writer that bypasses the service cannot leave a stale vector behind.
+    async with semantic.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE popagent_memories SET content = 'Prefers water',"
+            " content_sha256 = repeat('a', 64) WHERE resource_id = %s AND id = %s",
+            (resource, first.memory.id),
+        )
+    assert await vector_rows(semantic, resource) == []
+    await semantic.delete_fact(resource, first.memory.id)
+
+
+@pytest.mark.parametrize("path", ["exact", "hnsw"])
+async def test_vector_search_stays_in_its_resource(
+    semantic: LongTermMemory,
+    resource: str,
+    other_resource: str,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+) -> None:
+    """The other resource holds 150 memories nearer the query; none ever leaks, and the
+    resource's own memories all come back (the filter is inside the search)."""
+    if path == "hnsw":
+        monkeypatch.setattr(vector_store, "EXACT_SEARCH_MAX", 0)
+    await semantic.retain_episodes(
+        other_resource,
+        [EpisodeTurn("s", f"wedding wedding plans {i}", f"married {i}") for i in range(150)],
+    )
+    own = [EpisodeTurn("s", f"garden note {i}", "the wedding of tulips") for i in range(5)]
+    await semantic.retain_episodes(resource, own)
+    for limit in (3, 8):
+        results = await semantic.recall(resource, "wedding marriage", limit=limit, mode="vector")
+        assert all(r.memory.resource_id == resource for r in results)
+        assert len(results) == min(limit, 5)
+
+
+async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
+    semantic: LongTermMemory, resource: str, other_resource: str
+) -> None:
+    """pgvector stops an iterative scan after hnsw.max_scan_tuples; the exact search
+    then answers, so a small resource among many still gets all it holds."""
+    await semantic.retain_episodes(
+        other_resource, [EpisodeTurn("s", f"wedding {i}", f"married {i}") for i in range(300)]
+    )
+    await semantic.retain_episodes(
+        resource, [EpisodeTurn("s", f"tulips {i}", "bulbs") for i in range(12)]
+    )
+    query = semantic.embedder
+    assert query is not None
+    vector = (await query.embed(["wedding"], kind="query"))[0]
+    async with semantic.pool.connection() as conn:
+        await conn.execute("SET hnsw.max_scan_tuples = 20")
+        try:
+            found = await vector_store.nearest(
+                conn,
+                resource,
+                model=query.model,
+                query=vector,
+                limit=10,
+                lexemes=[],
+                resource_size=vector_store.EXACT_SEARCH_MAX + 1,  # take the graph first
+            )
+        finally:
+            await conn.execute("RESET hnsw.max_scan_tuples")
+    assert len(found) == 10 and all(c.memory.resource_id == resource for c in found)
+    sims = [c.similarity or 0.0 for c in found]
+    assert sims == sorted(sims, reverse=True)
+
+
+async def test_switching_models_never_mixes_their_vectors(database_url: str, resource: str) -> None:
+    """Memories embedded by a 64-dimensional model, recalled with a 384-dimensional one:
+    the old vectors are ignored (not an error, not a score) until the backfill."""
+    with (
+        EmbeddingServer(dimensions=64, concepts=CONCEPTS) as old,
+        EmbeddingServer(dimensions=384, concepts=CONCEPTS) as new,
+    ):
+        first, second = client(old, "old-64"), client(new, "new-384")
+        async with popagent.connect(database_url, embedder=first, max_size=2) as memory:
+            for i in range(6):
+                await memory.retain_episode(resource, "s", f"Anna got married {i}", "lovely")
+        async with popagent.connect(database_url, embedder=second, max_size=2) as memory:
+            results = await memory.recall(resource, "wedding of Anna")
+            assert results and all(component(r, "similarity") == 0.0 for r in results)
+            assert all(component(r, "text") > 0 for r in results)  # the lexical path found them
+            report = await memory.embed_missing(resource)
+            assert (report.embedded, report.remaining) == (6, 0)
+            results = await memory.recall(resource, "wedding of Anna")
+            assert all(component(r, "similarity") > 0.3 for r in results)
+            models = {r["model"] for r in await vector_rows(memory, resource)}
+            assert models == {"old-64", "new-384"}
+            report = await memory.embed_missing(resource, prune=True)
+            assert (report.embedded, report.pruned) == (0, 6)
+            assert {r["model"] for r in await vector_rows(memory, resource)} == {"new-384"}
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_backfill_is_resumable_and_reports_progress(
+    memory: LongTermMemory, resource: str, other_resource: str, server: EmbeddingServer
+) -> None:
+    await memory.retain_episodes(resource, [EpisodeTurn("s", f"u{i}", f"a{i}") for i in range(7)])
+    await memory.retain_episodes(other_resource, [EpisodeTurn("s", "x", "y")])
+    embedder = client(server)
+    semantic = LongTermMemory(memory.pool, embedder=embedder)
+    seen: list[int] = []
+    starts: list[int] = []
+    first = await semantic.embed_missing(
+        resource, batch_size=2, max_memories=3, on_start=starts.append, on_batch=seen.append
+    )
+    assert (first.embedded, first.remaining, starts, seen) == (3, 4, [3], [2, 1])
+    second = await semantic.embed_missing(resource, batch_size=2)
+    assert (second.embedded, second.remaining) == (4, 0)
+    assert (await semantic.embed_missing(resource)).embedded == 0
+    assert len(await vector_rows(semantic, resource)) == 7
+    assert await vector_rows(semantic, other_resource) == []  # only the resource asked for
+    with pytest.raises(ValidationError, match="embedder"):
+        await memory.embed_missing(resource)
+    await embedder.aclose()
+
+
+async def test_a_failing_model_loses_no_write_and_recall_falls_back(
+    semantic: LongTermMemory,
+    resource: str,
+    server: EmbeddingServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.fail_next(500, times=2)
+    with caplog.at_level(logging.WARNING):
+        stored = await semantic.retain_episode(resource, "s", "we planted tulips", "nice")
+        assert stored is not None
+        results = await semantic.recall(resource, "tulips")
+    assert [r.memory.id for r in results] == [stored.id]
+    assert await vector_rows(semantic, resource) == []
+    assert "without vectors" in caplog.text
+
+
+async def test_fused_recall_keeps_fact_priority_and_explains_each_signal(
+    semantic: LongTermMemory, resource: str
+) -> None:
+    await semantic.retain_episode(resource, "s", "my sister Anna married Tom", "congrats")
+    await semantic.remember(resource, "Sister Anna married Tom in June", importance=0.5)
+    for mode in ("fused", "vector", "lexical"):
+        results = await semantic.recall(resource, "sister wedding", mode=mode)
+        assert results[0].memory.kind == "fact"
+        for r in results:
+            assert abs(r.score - sum(c.value * c.weight for c in r.components)) < 1e-9
+    names = {c.name for c in results[0].components}
+    assert names == {"text", "trigram", "importance", "recency", "fact"}  # lexical
+    fused = await semantic.recall(resource, "sister wedding")
+    assert {"vector", "similarity"} <= {c.name for c in fused[0].components}
+
+
+async def test_modes_need_an_embedder(memory: LongTermMemory, resource: str) -> None:
+    with pytest.raises(ValidationError, match="mode"):
+        await memory.recall(resource, "x", mode="vector")
+    with pytest.raises(ValidationError, match="mode"):
+        await memory.recall(resource, "x", mode="dense")  # type: ignore[arg-type]
+
+
+async def test_a_named_period_favours_memories_of_that_time(
+    memory: LongTermMemory, resource: str
+) -> None:
+    may = datetime(2023, 5, 10, tzinfo=UTC)
+    july = datetime(2023, 7, 20, tzinfo=UTC)
+    await memory.retain_episodes(
+        resource,
+        [
+            EpisodeTurn("s", "we went hiking in the hills", "sounds fun", may),
+            EpisodeTurn("s", "we went hiking by the lake", "lovely", july),
+        ],
+    )
+    now = datetime(2023, 8, 1, tzinfo=UTC)
+    plain = await memory.recall(resource, "where did we go hiking?", now=now)
+    assert plain[0].memory.created_at == july  # recency
+    dated = await memory.recall(resource, "where did we go hiking in May 2023?", now=now)
+    assert dated[0].memory.created_at == may
+    assert component(dated[0], "time") == 1.0 and component(dated[1], "time") < 0.5
+    relative = await memory.recall(resource, "hiking two months ago", now=july)
+    assert relative[0].memory.created_at == may
+
+
+def test_cli_embed_backfills_and_resumes(
+    database_url: str, resource: str, server: EmbeddingServer
+) -> None:
+    runner = CliRunner()
+    base = ["--database-url", database_url, "--resource-id", resource]
+    for text in ("Likes tea", "Lives in Lisbon", "Plays chess"):
+        assert runner.invoke(main, [*base, "remember", text]).exit_code == 0
+    embed = [*base, "embed", "--embedder", "openai", "--model", "m", "--base-url", server.base_url]
+    first = runner.invoke(main, [*embed, "--max", "2"], catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    assert "embedded 2 memories of 1 resource(s) with m; 1 remaining" in first.output
+    second = runner.invoke(main, embed, catch_exceptions=False)
+    assert "embedded 1 memories" in second.output and "0 remaining" in second.output
+    bad = runner.invoke(main, [*base, "embed", "--embedder", "openai"])
+    assert bad.exit_code == 2 and "embedding_model" in bad.output
+
+
+@pytest.fixture(scope="session")
+def local() -> LocalEmbedder:
+    embedder = LocalEmbedder()
+    embedder.load()
+    return embedder
+
+
+async def test_local_model_end_to_end(
+    database_url: str, resource: str, local: LocalEmbedder
+) -> None:
+    async with popagent.connect(database_url, embedder=local, max_size=2) as memory:
+        await memory.remember(resource, "Anna got married last Saturday")
+        await memory.remember(resource, "The printer is out of toner")
+        await memory.remember(resource, "Quarterly taxes are due in April")
+        results = await memory.recall(resource, "my sister's wedding", mode="vector")
+        assert results[0].memory.content == "Anna got married last Saturday"
+        rows = await vector_rows(memory, resource)
+        assert {r["model"] for r in rows} == {"all-MiniLM-L6-v2-onnx-int8"}
+
+
+def test_scripted_vectors_make_concepts_equal() -> None:
+    assert concept_vector("wedding", 16, CONCEPTS) == concept_vector("married", 16, CONCEPTS)

@@ -1,0 +1,446 @@
+"""The web GUI in a real browser: Playwright drives Debian's Chromium (``/usr/bin/chromium``,
+headless) against a real uvicorn on 127.0.0.1 serving the test database.
+
+Covers, as a person would do them: creating, editing and deleting a fact;
+deleting an episode; a settings change refused inline, then saved; a chat turn
+whose reply streams onto the page from the scripted model server; creating a
+fact with the keyboard alone; and no horizontal scrolling at 375 px. Every page
+is also watched for script errors and CSP refusals. Screenshots are saved to
+``build/test-artifacts/screenshots/``.
+
+The browser is the system's (CI installs it with apt); nothing is downloaded.
+A missing browser fails these tests, it never skips them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Response,
+    async_playwright,
+    expect,
+)
+
+import popagent
+from popagent.observe.settings_store import MemorySettingsStore
+from popagent.threads import ThreadStore
+from popagent.web import ServerConfig
+from tests.scripted_model import Fail, Reply, ScriptedModelServer
+from tests.web_support import scripted_settings, uvicorn_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" / "screenshots"
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    return str(CHROMIUM)
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    """The artifacts folder for screenshots (git-ignored under ``build/``)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+@pytest.fixture
+async def browser(chromium: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+def server(database_url: str, resource: str) -> Iterator[str]:
+    """A real uvicorn on 127.0.0.1 for ``resource``, without a model."""
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    with uvicorn_server(config, database_url=database_url, model_from_env=False) as base:
+        yield base
+
+
+class Watched:
+    """A page whose script errors, console errors (CSP refusals among them) and failed
+    assets (stylesheet, script, icon) are kept. A page or API answer with an error
+    status is the test's to check, so the console line it causes is not kept."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        page.on("console", self._console)
+        page.on("response", self._response)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            self.problems.append(f"console: {message.text}")
+
+    def _response(self, response: Response) -> None:
+        kind = response.request.resource_type
+        if response.status >= 400 and kind not in ("document", "fetch"):
+            self.problems.append(f"{kind} {response.url}: {response.status}")
+
+    def assert_clean(self) -> None:
+        assert self.problems == []
+
+
+async def open_page(browser: Browser, *, width: int = 1100, height: int = 900) -> Watched:
+    context = await browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(TIMEOUT_MS)
+    return Watched(await context.new_page())
+
+
+async def screenshot(page: Page, folder: Path, name: str) -> None:
+    image = await page.screenshot(path=str(folder / name), full_page=True)
+    assert image.startswith(b"\x89PNG")
+
+
+async def count_rows(memory: popagent.LongTermMemory, resource_id: str) -> int:
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM popagent_memories WHERE resource_id = %s", (resource_id,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+# --- facts and episodes -----------------------------------------------------------------------
+
+
+async def test_create_edit_delete_fact(
+    browser: Browser,
+    server: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    screenshots: Path,
+) -> None:
+    await memory.retain_episode(resource, "garden", "Did I water the basil?", "Yes, on Monday.")
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/")
+    await expect(page.get_by_test_id("resource")).to_have_text(resource)
+    await page.get_by_role("link", name="New fact").click()
+
+    # A credential is refused next to the field, and nothing is stored.
+    await page.get_by_label("Content").fill("my password is hunter2hunter2")
+    await page.get_by_role("button", name="Create fact").click()
+    await expect(page.locator("#content-error")).to_contain_text("secret")
+    await expect(page.get_by_label("Content")).to_have_attribute("aria-invalid", "true")
+    assert await count_rows(memory, resource) == 1
+
+    await page.get_by_label("Content").fill("Waters the basil every Monday")
+    await page.get_by_label("Key").fill("garden.basil")
+    await page.get_by_label("Importance").fill("0.7")
+    await page.get_by_role("button", name="Create fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact created.")
+    fid = int(re.findall(r"/memories/(\d+)", page.url)[0])
+    fact = await memory.get_fact(resource, fid)
+    assert (fact.content, fact.key, fact.importance) == (
+        "Waters the basil every Monday",
+        "garden.basil",
+        0.7,
+    )
+
+    await page.get_by_role("link", name="Edit fact").click()
+    await page.get_by_label("Content").fill("Waters the basil every Tuesday")
+    await page.get_by_label("Key").fill("")
+    await page.get_by_role("button", name="Save fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact saved.")
+    await expect(page.get_by_test_id("content")).to_have_text("Waters the basil every Tuesday")
+    fact = await memory.get_fact(resource, fid)
+    assert (fact.content, fact.key) == ("Waters the basil every Tuesday", None)
+
+    await page.get_by_role("link", name="Recall").click()
+    await page.get_by_label("Query").fill("when do I water the basil")
+    await page.get_by_role("button", name="Preview recall").click()
+    await expect(page.get_by_test_id("rendered")).to_contain_text(
+        "[fact] Waters the basil every Tuesday"
+    )
+    await expect(page.locator("table.components").first).to_contain_text("Contribution")
+    await screenshot(page, screenshots, "recall.png")
+
+    await page.goto(server + "/")
+    await expect(page.locator("li.memory")).to_have_count(2)
+    await screenshot(page, screenshots, "memories.png")
+
+    await page.get_by_role("link", name=f"Delete fact {fid}").click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text(f"Delete fact {fid}?")
+    assert await count_rows(memory, resource) == 2  # the confirmation page deletes nothing
+    await page.get_by_role("button", name="Delete this fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact deleted.")
+    assert [m.kind for m in await memory.list_memories(resource)] == ["episode"]
+    w.assert_clean()
+
+
+async def test_delete_episode(
+    browser: Browser, server: str, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    episode = await memory.retain_episode(resource, "s-1", "What is my cat called?", "Miso.")
+    assert episode is not None
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/?kind=episode")
+    await page.get_by_role("link", name=f"Delete episode {episode.id}").click()
+    await expect(page.get_by_text("This deletes the episode for good")).to_be_visible()
+    await page.get_by_role("button", name="Delete this episode").click()
+    await expect(page.locator(".notice")).to_have_text("Episode deleted.")
+    assert await count_rows(memory, resource) == 0
+    w.assert_clean()
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+async def test_setting_refused_inline_then_saved(
+    browser: Browser,
+    server: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    screenshots: Path,
+) -> None:
+    store = MemorySettingsStore(memory.pool)
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/settings")
+    threshold = page.locator("#observation_threshold_tokens")
+    await expect(threshold).to_have_value("30000")
+
+    await threshold.fill("50")
+    await page.get_by_role("button", name="Save settings").click()
+    error = page.locator("#observation_threshold_tokens-error")
+    await expect(error).to_be_visible()
+    await expect(error).to_contain_text("from 100")
+    await expect(threshold).to_have_attribute("aria-invalid", "true")
+    await expect(threshold).to_have_value("50")
+    await expect(page.get_by_role("alert")).to_contain_text("Nothing was saved")
+    await error.scroll_into_view_if_needed()
+    await page.screenshot(path=str(screenshots / "settings-error.png"))
+    assert (await store.read(resource)).version == 0
+
+    await threshold.fill("25000")
+    await page.locator("#temporal_markers").select_option("true")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".notice")).to_contain_text("Settings saved (version 1)")
+    await expect(page.locator("#observation_threshold_tokens")).to_have_value("25000")
+    stored = await store.read(resource)
+    assert stored.version == 1
+    assert stored.settings.observation_threshold_tokens == 25_000
+    assert stored.settings.temporal_markers is True
+    w.assert_clean()
+
+
+# --- chat -------------------------------------------------------------------------------------
+
+
+#: Run in the page (through the DevTools protocol, so the CSP does not apply): keep each
+#: text an assistant bubble showed. chat.js sets ``textContent`` once per event, which
+#: puts a new text node in the bubble, so the added nodes hold every intermediate text.
+RECORD_ASSISTANT_TEXTS = """
+window.assistantTexts = [];
+new MutationObserver((records) => {
+  for (const record of records) {
+    if (record.target.nodeType !== Node.ELEMENT_NODE) continue;
+    if (!record.target.closest("li.assistant")) continue;
+    for (const node of record.addedNodes) {
+      if (node.nodeType === Node.TEXT_NODE) window.assistantTexts.push(node.data);
+    }
+  }
+}).observe(document.getElementById("chat-log"), { childList: true, subtree: true });
+"""
+
+
+async def test_chat_turn_streams_onto_the_page(
+    browser: Browser,
+    database_url: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    scripted: ScriptedModelServer,
+    screenshots: Path,
+) -> None:
+    await memory.create_fact(resource, "The user's cat is called Miso", key="pet.cat")
+    settings = scripted_settings(scripted)
+    reply = "Your cat is called Miso, and she likes the sunny window."
+    scripted.script(Reply(reply))
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    with uvicorn_server(config, database_url=database_url, model_settings=settings) as base:
+        w = await open_page(browser)
+        page = w.page
+        await page.goto(base + "/chat")
+        await expect(page).to_have_url(re.compile(r"/chat/web-[0-9a-f]{16}$"))
+        session_id = page.url.rsplit("/", 1)[1]
+        await expect(page.get_by_test_id("session-id")).to_have_text(session_id)
+
+        # Record every text the assistant's bubble shows, to see the deltas arrive.
+        await page.evaluate(RECORD_ASSISTANT_TEXTS)
+        await page.get_by_label("Message").fill("What is my cat called?")
+        async with page.expect_response(
+            lambda r: r.url.endswith(f"/api/sessions/{session_id}/chat")
+        ) as answered:
+            await page.get_by_role("button", name="Send").click()
+        response = await answered.value
+        assert response.status == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+
+        assistant = page.locator("#chat-log li.message.assistant .message-content")
+        await expect(assistant).to_have_text(reply)
+        await expect(page.locator("#chat-status")).to_have_text("Reply complete.")
+        await expect(page.locator("#chat-log li.message.user")).to_have_text(
+            re.compile("What is my cat called?")
+        )
+        await expect(page.locator("#recalled")).to_contain_text("The user's cat is called Miso")
+        await expect(page.locator("#tool-calls")).to_have_text("none")
+        await expect(page.locator("#chat-error")).to_be_hidden()
+        shown = [t for t in await page.evaluate("window.assistantTexts") if t]
+        assert len(set(shown)) >= 2, shown  # partial text first: the deltas were rendered
+        assert all(reply.startswith(t) for t in shown), shown
+        assert shown[-1] == reply
+        await screenshot(page, screenshots, "chat.png")
+        w.assert_clean()
+
+    assert scripted.requests[0]["stream"] is True  # the model streamed, and so did the page
+    stored = await ThreadStore(memory.pool).list_messages(resource, session_id)
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "What is my cat called?"),
+        ("assistant", reply),
+    ]
+
+
+async def test_chat_model_failure_is_shown_readably(
+    browser: Browser,
+    database_url: str,
+    resource: str,
+    scripted: ScriptedModelServer,
+) -> None:
+    scripted.script(Fail(500))
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    settings = scripted_settings(scripted)
+    with uvicorn_server(config, database_url=database_url, model_settings=settings) as base:
+        w = await open_page(browser)
+        page = w.page
+        await page.goto(base + "/chat/failing")
+        await page.get_by_label("Message").fill("hello?")
+        await page.get_by_label("Message").press("Enter")  # Enter sends
+        await expect(page.locator("#chat-error")).to_contain_text(
+            "The model failed, so there is no reply."
+        )
+        await expect(page.locator("#chat-log li.message.assistant")).to_have_count(0)
+        await expect(page.get_by_role("button", name="Send")).to_be_enabled()
+        w.assert_clean()
+
+
+async def test_chat_without_model_shows_a_readable_error(browser: Browser, server: str) -> None:
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/chat/s-1")
+    await expect(page.get_by_test_id("no-model")).to_contain_text("POPAGENT_MODEL")
+    await page.get_by_label("Message").fill("hello")
+    await page.get_by_role("button", name="Send").click()
+    await expect(page.locator("#chat-error")).to_contain_text("No model is available.")
+    await expect(page.locator("#chat-log li.message.assistant")).to_have_count(0)
+    w.assert_clean()
+
+
+# --- keyboard and narrow screens ---------------------------------------------------------------
+
+
+async def tab_to(page: Page, predicate: str, *, limit: int = 40) -> None:
+    """Press Tab until ``predicate`` (JavaScript on ``el``) holds for the focused element."""
+    for _ in range(limit):
+        await page.keyboard.press("Tab")
+        if await page.evaluate(
+            f"(() => {{ const el = document.activeElement; return {predicate}; }})()"
+        ):
+            return
+    raise AssertionError(f"Tab never reached an element where {predicate}")
+
+
+async def test_keyboard_only_fact_creation(
+    browser: Browser, server: str, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/")
+    await tab_to(page, "el.textContent.trim() === 'New fact'")
+    outline = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline != "none"  # the focus is visible
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(server + "/facts/new")
+
+    await tab_to(page, "el.id === 'content'")
+    await page.keyboard.type("Takes the train to work")
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.id") == "key"
+    await page.keyboard.type("commute")
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.id") == "importance"
+    await page.keyboard.press("Control+A")
+    await page.keyboard.type("0.6")
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent.trim()") == "Create fact"
+    await page.keyboard.press("Enter")
+    await expect(page.locator(".notice")).to_have_text("Fact created.")
+    facts = await memory.list_facts(resource)
+    assert [(f.content, f.key, f.importance) for f in facts] == [
+        ("Takes the train to work", "commute", 0.6)
+    ]
+    w.assert_clean()
+
+
+async def test_narrow_viewport_does_not_scroll_sideways(
+    browser: Browser,
+    server: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    screenshots: Path,
+) -> None:
+    long_word = "Supercalifragilistic" * 15
+    fact = await memory.create_fact(resource, f"{long_word} is a long word", key="k" * 128)
+    await memory.retain_episode(resource, "s" * 200, f"Say {long_word}", "Done.")
+    threads = ThreadStore(memory.pool)
+    await threads.append_message(resource, "narrow", "user", long_word, create_session=True)
+    w = await open_page(browser, width=375, height=800)
+    page = w.page
+    for path in (
+        "/",
+        f"/memories/{fact.id}",
+        f"/facts/{fact.id}/edit",
+        "/recall",
+        "/settings",
+        "/sessions",
+        "/sessions/narrow",
+        "/chat/narrow",
+        "/cleanup",
+    ):
+        await page.goto(server + path)
+        sizes = await page.evaluate(
+            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert sizes[0] <= sizes[1], f"{path} scrolls sideways: {sizes}"
+        if path in ("/", "/sessions/narrow"):
+            name = "memories" if path == "/" else "session"
+            await screenshot(page, screenshots, f"{name}-375px.png")
+    w.assert_clean()

@@ -1,0 +1,270 @@
+"""The server for real: uvicorn on 127.0.0.1, chat over HTTP and SSE, the token rule,
+scheduled maintenance under its lock, and ``popagent serve`` itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+import popagent
+from popagent.cli import main
+from popagent.threads import ThreadStore
+from popagent.web import ServerConfig, create_app
+from popagent.web.scheduler import SCHEDULE_LOCK_ID, MaintenanceScheduler
+from tests.scripted_model import Fail, Reply, ScriptedModelServer
+from tests.web_support import free_port, in_process, scripted_settings, uvicorn_server
+
+TOKEN = "t0ken-for-tests-0123456789"
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, object]]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+async def test_chat_turn_over_http_whole_and_streamed(
+    database_url: str, scripted: ScriptedModelServer, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    await memory.remember(resource, "Prefers green tea", key="drink")
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    with uvicorn_server(
+        config, database_url=database_url, model_settings=scripted_settings(scripted)
+    ) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            scripted.script(Reply("Green tea, as you like it."))
+            whole = await client.post(
+                "/api/sessions/chat-a/chat", json={"message": "What tea do I like?"}
+            )
+            assert whole.status_code == 200, whole.text
+            body = whole.json()
+            assert body["reply"] == "Green tea, as you like it."
+            assert body["recalled"][0]["memory"]["content"] == "Prefers green tea"
+            assert body["memory_block"].startswith(popagent.HEADER)
+            assert body["episode_id"] is not None
+
+            scripted.script(Reply("Streaming this reply word by word."))
+            async with client.stream(
+                "POST",
+                "/api/sessions/chat-a/chat",
+                json={"message": "Say something"},
+                headers={"accept": "text/event-stream"},
+            ) as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                raw = "".join([chunk async for chunk in stream.aiter_text()])
+            events = sse_events(raw)
+            deltas = [data["text"] for name, data in events if name == "delta"]
+            assert len(deltas) > 1
+            assert "".join(deltas) == "Streaming this reply word by word."  # type: ignore[arg-type]
+            assert events[-1][0] == "done"
+            assert events[-1][1]["reply"] == "Streaming this reply word by word."
+
+            scripted.script(Fail(500), Fail(500), Fail(500))
+            failed = await client.post(
+                "/api/sessions/chat-a/chat?stream=true", json={"message": "again"}
+            )
+            name, data = sse_events(failed.text)[-1]
+            assert name == "error" and data["error"] == "model_failed"
+
+    stored = await ThreadStore(memory.pool).list_messages(resource, "chat-a")
+    assert [m.role for m in stored][:4] == ["user", "assistant", "user", "assistant"]
+    assert stored[-1].content == "again"  # the failed turn's message stays; no episode for it
+    episodes = await memory.list_episodes(resource, session_id="chat-a")
+    assert len(episodes) == 2
+
+
+async def test_turns_of_one_session_take_turns(
+    memory: popagent.LongTermMemory,
+    chat_model: popagent.llm.OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    app = create_app(
+        ServerConfig(resource_id=resource, maintenance_interval_s=None),
+        memory=memory,
+        model=chat_model,
+    )
+    scripted.script(*[Reply(f"reply {i}") for i in range(4)])
+    async with in_process(app) as client:
+        replies = await asyncio.gather(
+            *[
+                client.post("/api/sessions/busy/chat", json={"message": f"message {i}"})
+                for i in range(4)
+            ]
+        )
+    assert all(r.status_code == 200 for r in replies)
+    stored = await ThreadStore(memory.pool).list_messages(resource, "busy")
+    # Serialized: every user message is followed directly by its reply.
+    assert [m.role for m in stored] == ["user", "assistant"] * 4
+
+
+async def test_token_required_off_loopback_and_checked_everywhere(
+    database_url: str, resource: str
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--database-url", database_url, "serve", "--host", "0.0.0.0"],
+        env={"POPAGENT_TOKEN": ""},
+    )
+    assert result.exit_code == 2
+    assert "needs a bearer token" in result.output
+
+    config = ServerConfig(resource_id=resource, token=TOKEN, maintenance_interval_s=None)
+    with uvicorn_server(config, database_url=database_url, model_from_env=False) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            for path in ("/api/facts", "/api/sessions", "/openapi.json", "/api/settings"):
+                refused = await client.get(path)
+                assert refused.status_code == 401, path
+                assert refused.headers["www-authenticate"] == "Bearer"
+            wrong = await client.get(
+                "/api/facts", headers={"authorization": "Bearer nope-nope-nope-nope"}
+            )
+            assert wrong.status_code == 401
+            write = await client.post("/api/facts", json={"content": "x"})
+            assert write.status_code == 401
+            ok = await client.get("/api/facts", headers={"authorization": f"Bearer {TOKEN}"})
+            assert ok.status_code == 200
+            cookie = await client.get("/api/facts", headers={"cookie": f"popagent_token={TOKEN}"})
+            assert cookie.status_code == 200
+            page = await client.get("/", follow_redirects=False)
+            assert page.status_code == 303 and page.headers["location"].startswith("/login")
+
+
+async def test_access_log_holds_no_content(
+    memory: popagent.LongTermMemory, resource: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(
+        ServerConfig(resource_id=resource, maintenance_interval_s=None),
+        memory=memory,
+        model_from_env=False,
+    )
+    secret_text = "zebra-crossing-in-kathmandu"
+    with caplog.at_level("INFO", logger="popagent.access"):
+        async with in_process(app) as client:
+            await client.post("/api/facts", json={"content": f"Saw a {secret_text}"})
+            await client.get("/api/memories", params={"text": secret_text})
+            await client.post("/api/recall", json={"query": secret_text})
+    records = [r for r in caplog.records if r.name == "popagent.access"]
+    assert len(records) == 3
+    assert [r.__dict__["status"] for r in records] == [201, 200, 200]
+    assert all(secret_text not in json.dumps(vars(r), default=str) for r in records)
+
+
+async def test_scheduled_maintenance_runs_and_never_twice_at_once(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    await memory.retain_episode(
+        resource, "s1", "old", "turn", created_at=datetime.now(UTC) - timedelta(days=200)
+    )
+    first = MaintenanceScheduler(memory, 3600, delay_s=0)
+    second = MaintenanceScheduler(memory, 3600, delay_s=0)
+    # Another process holds the schedule lock: this run is skipped, not queued.
+    async with memory.pool.connection() as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (SCHEDULE_LOCK_ID,))
+        assert await second.run_once() is None
+        assert str(second.state().last_outcome).startswith("skipped")
+        await holder.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK_ID,))
+    assert len(await memory.list_episodes(resource)) == 1
+
+    first.start()
+    for _ in range(500):  # the first run is due at once; allow it 10 s
+        if first.state().last_run_at is not None:
+            break
+        await asyncio.sleep(0.02)
+    await first.aclose()
+    state = first.state()
+    assert state.last_outcome == "ran" and state.last_report is not None
+    assert state.last_report.expired_episodes >= 1
+    assert await memory.list_episodes(resource) == []
+
+    # Two schedulers at once: the lock lets exactly one of them run.
+    reports = await asyncio.gather(
+        first.run_once(), second.run_once(), MaintenanceScheduler(memory, 1).run_once()
+    )
+    assert sum(r is not None for r in reports) >= 1
+
+
+def test_popagent_serve_from_the_command_line(tmp_path: Path) -> None:
+    """``popagent serve`` on its own embedded PostgreSQL: starts, answers, logs JSON
+    without content, and on SIGTERM shuts down gracefully, stopping PostgreSQL cleanly."""
+    port = free_port()
+    data_dir = tmp_path / "pgdata"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    for name in (
+        "POPAGENT_DATABASE_URL",
+        "POPAGENT_MODEL",
+        "POPAGENT_TOKEN",
+        "POPAGENT_TOKEN_FILE",
+    ):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "popagent.cli",
+            "--resource-id",
+            "serve-test",
+            "--data-dir",
+            str(data_dir),
+            "serve",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, "the server exited"
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.1)
+        created = httpx.post(f"{base}/api/facts", json={"content": "Plays the oboe on Sundays"})
+        assert created.status_code == 201
+        assert created.json()["resource_id"] == "serve-test"
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+    # uvicorn re-raises the signal it handled once shutdown is complete.
+    assert process.returncode in (0, -15), stderr
+    assert "Application shutdown complete" in stderr
+    assert not (data_dir / "postmaster.pid").exists(), "PostgreSQL was not stopped cleanly"
+    assert "oboe" not in stderr
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    access = [line for line in lines if line["logger"] == "popagent.access"]
+    assert any(line["path"] == "/api/facts" and line["status"] == 201 for line in access)
+
+
+async def test_healthz_reports_an_unreachable_database(database_url: str, resource: str) -> None:
+    async with popagent.connect(database_url, max_size=2) as memory:
+        app = create_app(
+            ServerConfig(resource_id=resource, maintenance_interval_s=None),
+            memory=memory,
+            model_from_env=False,
+        )
+        async with in_process(app) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            await memory.pool.close()
+            down = await client.get("/healthz")
+    assert down.status_code == 503
+    assert down.json()["status"] == "unavailable"
