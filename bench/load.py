@@ -20,7 +20,7 @@ Scenarios, each bounded by a request count and a time limit:
 Printed per scenario: requests, errors (non-2xx or transport), seconds, req/s,
 latency p50/p95/p99/max in ms, and p95 against the one-client baseline.
 
-    python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200] [--json PATH]
+    python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300] [--json PATH]
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--limit-s", type=float, default=60.0, help="time limit per scenario")
-    parser.add_argument("--rates", default="50,100,200", help="paced rates, requests/s")
+    parser.add_argument("--rates", default="50,100,200,300", help="paced rates, requests/s")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]

@@ -247,6 +247,8 @@ async def test_recall_preview_explains_and_renders(
     expected = popagent.render(await memory.recall(resource, "dark mode editor", limit=5))
     assert body["rendered"] == expected
     assert body["rendered"].startswith(popagent.HEADER)
+    # The preview is not a use; only the library recall above counted as one.
+    assert [m.access_count for m in await memory.list_memories(resource)] == [1, 1]
 
 
 async def test_cleanup_needs_confirmation(

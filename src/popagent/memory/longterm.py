@@ -298,11 +298,13 @@ class LongTermMemory:
         limit: int = 8,
         now: datetime | None = None,
         mode: RecallMode | None = None,
+        touch: bool = True,
     ) -> list[RecallResult]:
         """The ``limit`` (1 to 1,000) most relevant memories of this resource, best first.
 
         Each result explains its score (see ``popagent.memory.ranking``). The
-        returned memories' access time and count are updated; that bookkeeping
+        returned memories' access time and count are updated (unless ``touch``
+        is false, as for a preview that is not a use); that bookkeeping
         never blocks on rows another transaction holds. ``now`` (timezone-aware)
         makes recency relative to another moment, as imports and benchmarks need,
         and is what a period the query names ("last week") is relative to.
@@ -364,8 +366,8 @@ class LongTermMemory:
                     semantic=True,
                     window=window,
                 )
-            if not results:
-                return []
+            if not results or not touch:
+                return results
             touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
         return [
             replace(

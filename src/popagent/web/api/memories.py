@@ -202,9 +202,10 @@ async def delete_episode(request: Request, id: MemoryId) -> Response:
 @router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
 async def recall(request: Request, body: RecallRequest) -> RecallOut:
     """The ranked memories a turn would recall for ``query``, each with its score
-    components, and exactly the block the model would see."""
+    components, and exactly the block the model would see. A preview is not a
+    use: the memories' access time and count stay as they were."""
     s = services(request)
-    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit)
+    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit, touch=False)
     return RecallOut.model_validate(
         {
             "query": body.query,

@@ -2,9 +2,9 @@
 
 Shows the ranked memories with every score component (value, weight,
 contribution) and exactly the block a turn would put in the model's context.
-Like a turn's recall, a preview counts as an access of the memories it
-returns (their access time and count change), so it is a POST with a CSRF
-token, not a GET a link or a prefetch could trigger.
+A preview is not a use: the memories' access time and count stay as they
+were. It is still a POST with a CSRF token (a query is memory content, kept
+out of URLs, history and logs).
 """
 
 from __future__ import annotations
@@ -74,5 +74,5 @@ async def recall(request: Request) -> Response:
     if errors:
         return _page(request, form, errors)
     s = services(request)
-    results = await s.memory.recall(s.resource_id, query, limit=limit)
+    results = await s.memory.recall(s.resource_id, query, limit=limit, touch=False)
     return _page(request, form, errors, results, render(results))
