@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.cli import main
-from popagent.embed import LocalEmbedder, OpenAIEmbedder
+from popagent.embed import LocalEmbedder, OpenAIEmbedder, configured_embedder
 from popagent.errors import ValidationError
 from popagent.store import vectors as vector_store
 
@@ -339,3 +340,36 @@ async def test_local_model_end_to_end(
 
 def test_scripted_vectors_make_concepts_equal() -> None:
     assert concept_vector("wedding", 16, CONCEPTS) == concept_vector("married", 16, CONCEPTS)
+
+
+def test_commands_embed_only_when_an_embedder_is_configured(
+    database_url: str, resource: str, server: EmbeddingServer
+) -> None:
+    """``popagent`` commands stay lexical unless ``POPAGENT_EMBEDDER`` names a provider."""
+    assert configured_embedder({}) is None
+    assert configured_embedder({"POPAGENT_EMBEDDER": " "}) is None
+
+    def models() -> list[str]:
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute(
+                "SELECT model FROM popagent_memory_embeddings WHERE resource_id = %s",
+                (resource,),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    runner = CliRunner()
+    base = ["--database-url", database_url, "--resource-id", resource]
+    plain = runner.invoke(main, [*base, "remember", "Likes tea"], env={"POPAGENT_EMBEDDER": ""})
+    assert plain.exit_code == 0, plain.output
+    assert models() == []
+    env = {
+        "POPAGENT_EMBEDDER": "openai",
+        "POPAGENT_EMBEDDING_MODEL": "scripted-384",
+        "POPAGENT_EMBEDDING_BASE_URL": server.base_url,
+    }
+    semantic = runner.invoke(main, [*base, "remember", "Anna got married"], env=env)
+    assert semantic.exit_code == 0, semantic.output
+    assert models() == ["scripted-384"]
+    recalled = runner.invoke(main, [*base, "recall", "my sister's wedding", "--json"], env=env)
+    assert recalled.exit_code == 0, recalled.output
+    assert "Anna got married" in recalled.output

@@ -5,7 +5,7 @@ resource, with explainable hybrid recall::
 
     async with popagent.connect() as memory:
         await memory.remember("popagent-user", "Prefers dark mode", key="ui.theme")
-        results = await memory.recall("popagent-user", "which theme?")
+        results = await memory.recall("popagent-user", "do I prefer dark mode?")
         print(popagent.render(results))
 """
 

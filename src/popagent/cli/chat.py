@@ -27,6 +27,7 @@ import click
 
 from ..agent import Agent, ObservationalHistory, TurnResult
 from ..connection import connect
+from ..embed import configured_embedder
 from ..errors import NotFoundError, PopagentError, TurnFailedError
 from ..llm import ModelSettings, OpenAIChatModel
 from ..models import Session
@@ -104,7 +105,12 @@ def chat_command(
         try:
             memory = runner.run(
                 stack.enter_async_context(
-                    connect(settings.database_url, data_dir=settings.data_dir, max_size=4)
+                    connect(
+                        settings.database_url,
+                        data_dir=settings.data_dir,
+                        max_size=4,
+                        embedder=configured_embedder(),
+                    )
                 )
             )
             model = runner.run(stack.enter_async_context(OpenAIChatModel(model_settings)))

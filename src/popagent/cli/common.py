@@ -21,6 +21,7 @@ import click
 import platformdirs
 
 from ..connection import connect
+from ..embed import configured_embedder
 from ..errors import PopagentError, ValidationError
 from ..memory.longterm import LongTermMemory
 from ..models import Memory, Message, Session
@@ -72,7 +73,12 @@ def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]
     settings: Settings = ctx.obj
 
     async def main() -> T:
-        async with connect(settings.database_url, data_dir=settings.data_dir, max_size=4) as memory:
+        async with connect(
+            settings.database_url,
+            data_dir=settings.data_dir,
+            max_size=4,
+            embedder=configured_embedder(),
+        ) as memory:
             return await action(memory, settings.resource_id)
 
     with exit_codes():

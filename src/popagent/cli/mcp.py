@@ -19,6 +19,7 @@ import click
 from ..access import load_token, require_token_for
 from ..checks import check_id
 from ..connection import connect
+from ..embed import configured_embedder
 from .common import Settings, exit_codes
 
 __all__ = ["mcp_command"]
@@ -89,7 +90,10 @@ async def _serve(
     # stdio serves one client; HTTP may serve several agents at once.
     pool_size = 4 if sock is None else 10
     async with connect(
-        settings.database_url, data_dir=settings.data_dir, max_size=pool_size
+        settings.database_url,
+        data_dir=settings.data_dir,
+        max_size=pool_size,
+        embedder=configured_embedder(),
     ) as memory:
         server = MemoryServer(memory, resource_id)
         if sock is None:

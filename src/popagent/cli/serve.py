@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from ..access import load_token, require_token_for
+from ..embed import configured_embedder
 from ..secrets import SecretCipher, SecretKeyError
 from ..web.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
 from .common import Settings, exit_codes, secret_cipher
@@ -76,8 +77,14 @@ def serve_command(
         token=token,
         maintenance_interval_s=maintenance_interval * 3600 if maintenance_interval else None,
     )
+    with exit_codes():
+        embedder = configured_embedder()
     app = create_app(
-        config, cipher=cipher, database_url=settings.database_url, data_dir=settings.data_dir
+        config,
+        cipher=cipher,
+        database_url=settings.database_url,
+        data_dir=settings.data_dir,
+        embedder=embedder,
     )
     shown = f"[{host}]" if ":" in host else host
     click.echo(

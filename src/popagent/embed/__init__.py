@@ -12,7 +12,13 @@ from .e5 import E5Embedder
 from .local import LOCAL_DIMENSIONS, LOCAL_MODEL, LocalEmbedder
 from .protocol import Embedder, EmbeddingError, EmbedKind, Vectors, normalize_rows
 from .remote import OpenAIEmbedder
-from .settings import DEFAULT_PROVIDER, PROVIDERS, embedder_from_env, make_embedder
+from .settings import (
+    DEFAULT_PROVIDER,
+    PROVIDERS,
+    configured_embedder,
+    embedder_from_env,
+    make_embedder,
+)
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -27,6 +33,7 @@ __all__ = [
     "OpenAIEmbedder",
     "Vectors",
     "chunk_text",
+    "configured_embedder",
     "embedder_from_env",
     "make_embedder",
     "normalize_rows",

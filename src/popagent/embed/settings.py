@@ -23,7 +23,13 @@ from .local import LocalEmbedder
 from .protocol import Embedder
 from .remote import OpenAIEmbedder
 
-__all__ = ["DEFAULT_PROVIDER", "PROVIDERS", "embedder_from_env", "make_embedder"]
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "PROVIDERS",
+    "configured_embedder",
+    "embedder_from_env",
+    "make_embedder",
+]
 
 PROVIDERS = ("local", "e5", "openai", "none")
 DEFAULT_PROVIDER = "local"
@@ -66,3 +72,17 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
         api_key=env.get("POPAGENT_EMBEDDING_API_KEY") or env.get("OPENAI_API_KEY"),
         dimensions=dimensions,
     )
+
+
+def configured_embedder(env: Mapping[str, str] | None = None) -> Embedder | None:
+    """The embedder of ``popagent``'s own commands (serve, chat, mcp, remember, recall...):
+    ``embedder_from_env`` when ``POPAGENT_EMBEDDER`` is set, else ``None`` (lexical).
+
+    Semantic recall is opt-in there because a vector costs every write an
+    embedding (about 10-30 ms per episode with the local model on a small CPU),
+    which a chat turn and bulk imports would pay.
+    """
+    env = os.environ if env is None else env
+    if not (env.get("POPAGENT_EMBEDDER") or "").strip():
+        return None
+    return embedder_from_env(env)

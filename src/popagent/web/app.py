@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..connection import connect
+from ..embed import Embedder
 from ..llm import ModelSettings, OpenAIChatModel
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
@@ -51,6 +52,7 @@ def create_app(
     database_url: str | None = None,
     data_dir: str | Path | None = None,
     pool_size: int = 16,
+    embedder: Embedder | None = None,
 ) -> FastAPI:
     """The server app for ``config``.
 
@@ -59,7 +61,8 @@ def create_app(
     Without ``model``, the chat routes use a client opened by the lifespan for
     ``model_settings``, else for ``POPAGENT_MODEL`` and friends when
     ``model_from_env``; with none of them they answer 503. ``cipher`` turns on
-    the secret tools in chat turns.
+    the secret tools in chat turns; ``embedder`` semantic recall on the
+    connection the lifespan opens.
     """
     config = config or ServerConfig()
 
@@ -69,7 +72,7 @@ def create_app(
             mem = memory
             if mem is None:
                 mem = await stack.enter_async_context(
-                    connect(database_url, data_dir=data_dir, max_size=pool_size)
+                    connect(database_url, data_dir=data_dir, max_size=pool_size, embedder=embedder)
                 )
             chat_model = model
             wanted = model_settings
