@@ -263,11 +263,18 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, An
 
 def print_table(summary: list[dict[str, Any]], names: list[str], k: int) -> None:
     best = "fused" if "fused" in names else "lexical"  # the default recall
-    head = ["category", "n", *(f"{s} R@{k}" for s in names), f"{best}-BM25", f"{best}-lexical"]
+    against = ["bm25"] if best == "lexical" else ["bm25", "lexical"]
+    label = {"bm25": "BM25", "lexical": "lexical"}
+    head = [
+        "category",
+        "n",
+        *(f"{s} R@{k}" for s in names),
+        *(f"{best}-{label[a]}" for a in against),
+    ]
     cells = [
         [e["category"], str(e["n"])]
         + [f"{e[s][k]:.3f}" for s in names]
-        + [f"{e[best][k] - e['bm25'][k]:+.3f}", f"{e[best][k] - e['lexical'][k]:+.3f}"]
+        + [f"{e[best][k] - e[a][k]:+.3f}" for a in against]
         for e in summary
     ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
@@ -311,7 +318,8 @@ def main() -> None:
     for k in KS:
         print(f"\nEvidence recall@{k}")
         print_table(out["summary"], out["systems"], k)
-    print(f"\ningest (retain_episodes, with vectors) {out['ingest_s']:.2f} s")
+    vectors = ", with vectors" if out.get("embedder") else ""
+    print(f"\ningest (retain_episodes{vectors}) {out['ingest_s']:.2f} s")
     for name, lat in out["recall_ms"].items():
         print(
             f"recall {name:>7} over {lat['n']:,} questions: "

@@ -74,6 +74,15 @@ async def test_every_write_path_keeps_statistics_exact(
     await memory.update_fact(resource, theme.memory.id, importance=0.2)
     await assert_statistics_exact(memory, resource, other_resource)
 
+    # A key's words are searchable: changing or clearing the key alone moves them.
+    await memory.update_fact(resource, theme.memory.id, key="editor.colour_scheme")
+    await assert_statistics_exact(memory, resource, other_resource)
+    assert (await memory.recall(resource, "colour scheme?"))[0].memory.id == theme.memory.id
+    await memory.update_fact(resource, theme.memory.id, clear_key=True)
+    await assert_statistics_exact(memory, resource, other_resource)
+    assert await memory.recall(resource, "colour scheme?") == []
+    await memory.update_fact(resource, theme.memory.id, key="ui.theme")
+
     episodes = await memory.list_episodes(resource, limit=5)
     await memory.delete_episode(resource, episodes[0].id)
     await memory.delete_fact(resource, loose.memory.id)
