@@ -80,7 +80,7 @@ def scripted() -> Iterator[ScriptedModelServer]:
 @pytest.fixture
 async def chat_model(scripted: ScriptedModelServer) -> AsyncIterator[OpenAIChatModel]:
     """The real client against ``scripted``: two retries, millisecond backoff."""
-    async with OpenAIChatModel(scripted_settings(scripted, max_retries=2)) as model:
+    async with OpenAIChatModel(scripted_settings(scripted, max_retries=2, timeout_s=5.0)) as model:
         yield model
 
 

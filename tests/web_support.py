@@ -31,13 +31,15 @@ async def in_process(app: FastAPI, **headers: str) -> AsyncIterator[httpx.AsyncC
             yield client
 
 
-def scripted_settings(scripted: ScriptedModelServer, *, max_retries: int = 0) -> ModelSettings:
+def scripted_settings(
+    scripted: ScriptedModelServer, *, max_retries: int = 0, timeout_s: float = 10.0
+) -> ModelSettings:
     """The real client's settings for the scripted model server, with millisecond backoff."""
     return ModelSettings(
         base_url=scripted.base_url,
         api_key=None,
         model="scripted-1",
-        timeout_s=10.0,
+        timeout_s=timeout_s,
         connect_timeout_s=2.0,
         max_retries=max_retries,
         backoff_initial_s=0.01,
