@@ -30,7 +30,7 @@ from tests.observe_support import (
     reflecting,
     reflector_input,
 )
-from tests.scripted_model import Fail, Hang, Reply, ScriptedModelServer
+from tests.scripted_model import Fail, Hang, Reply, Respond, ScriptedModelServer, Step
 
 #: Threshold 1000, interval 30% (300), retained 20% (200), safety bound 120% (1200).
 THRESHOLD = 1_000
@@ -423,7 +423,14 @@ async def test_a_hanging_background_observer_never_delays_a_turn_beyond_the_boun
     agent = Agent(memory, threads, chat_model, history=history, hooks=[])
     try:
         await thread.add(INTERVAL)
-        scripted.script(Hang(20.0, OBSERVE), Reply("first"), Reply("second"))
+        # Which request reaches the server first, the background Observer's or the
+        # turn's, is a race: route by content, not by order.
+        replies = iter([Reply("first"), Reply("second")])
+
+        def route(body: dict[str, Any]) -> Step:
+            return Hang(20.0, OBSERVE) if is_observer(body) else next(replies)
+
+        scripted.script(Respond(route), Respond(route), Respond(route))
         began = time.monotonic()
         assert (await agent.run_turn(resource, "s", "hello")).reply == "first"
         assert history.buffering(resource, "s")
