@@ -16,20 +16,24 @@ import asyncio
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from starlette.requests import HTTPConnection
 
 from ..agent import Agent, ObservationalHistory
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
+from ..models import ObservationGroup, ObservationLog
 from ..observe.settings_store import MemorySettingsStore
 from ..secrets import SecretStore
+from ..store import observations as obs_sql
 from ..threads import ThreadStore
 from .config import ServerConfig
 from .scheduler import MaintenanceScheduler
 
 __all__ = ["Services", "build_agent", "services"]
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -43,7 +47,7 @@ class Services:
     agent: Agent | None
     scheduler: MaintenanceScheduler | None = None
     _chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def resource_id(self) -> str:
@@ -60,7 +64,17 @@ class Services:
             lock = self._chat_locks[session_id] = asyncio.Lock()
         return lock
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    async def observation_state(
+        self, session_id: str
+    ) -> tuple[list[ObservationLog], list[ObservationGroup]]:
+        """Every generation of the session's observation log, oldest first, and the
+        groups of the active (last) one: what the API and the GUI show, read-only."""
+        async with self.memory.pool.connection() as conn:
+            logs = await obs_sql.list_logs(conn, self.resource_id, session_id)
+            groups = await obs_sql.groups_of_log(conn, logs[-1]) if logs else []
+        return logs, groups
+
+    def spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` in the background, kept alive until it ends or ``drain``."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)

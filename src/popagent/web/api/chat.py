@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -85,15 +85,27 @@ async def chat(
         raise ValidationError("message", "must not be empty")
     wants_stream = stream or "text/event-stream" in request.headers.get("accept", "")
     if not wants_stream:
-        async with s.chat_lock(session_id):
-            # Shielded: a client that disconnects does not cancel the turn.
-            result = await asyncio.shield(agent.run_turn(s.resource_id, session_id, body.message))
+        # A task of its own, holding the session's lock, shielded: a client that
+        # disconnects cancels neither the turn nor the lock it holds.
+        result = await asyncio.shield(s.spawn(_locked_turn(s, agent, session_id, body.message)))
         return reply_json(result)
     return StreamingResponse(
         _events(s, agent, session_id, body.message),
         media_type="text/event-stream",
         headers={"x-accel-buffering": "no"},
     )
+
+
+async def _locked_turn(
+    s: Services,
+    agent: Agent,
+    session_id: str,
+    message: str,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
+) -> TurnResult:
+    """One turn, holding the session's lock for all of it."""
+    async with s.chat_lock(session_id):
+        return await agent.run_turn(s.resource_id, session_id, message, on_text=on_text)
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -108,8 +120,7 @@ async def _events(s: Services, agent: Agent, session_id: str, message: str) -> A
 
     async def turn() -> None:
         try:
-            async with s.chat_lock(session_id):
-                result = await agent.run_turn(s.resource_id, session_id, message, on_text=on_text)
+            result = await _locked_turn(s, agent, session_id, message, on_text)
             queue.put_nowait(_event("done", reply_json(result)))
         except TurnFailedError as exc:
             queue.put_nowait(_event("error", error_body("model_failed", exc.message)))

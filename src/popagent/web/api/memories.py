@@ -108,11 +108,7 @@ async def list_facts(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> MemoryPage:
-    s = services(request)
-    rows = await s.memory.list_facts(
-        s.resource_id, key=key, text=text, limit=limit + 1, offset=offset
-    )
-    return _page(rows, limit, offset)
+    return await list_memories(request, kind="fact", key=key, text=text, limit=limit, offset=offset)
 
 
 @router.post("/facts", response_model=MemoryOut, status_code=201, summary="Create a fact")
@@ -170,17 +166,16 @@ async def list_episodes(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> MemoryPage:
-    s = services(request)
-    rows = await s.memory.list_episodes(
-        s.resource_id,
-        session_id=session_id,
+    return await list_memories(
+        request,
+        kind="episode",
         text=text,
+        session_id=session_id,
         created_after=created_after,
         created_before=created_before,
-        limit=limit + 1,
+        limit=limit,
         offset=offset,
     )
-    return _page(rows, limit, offset)
 
 
 @router.get("/episodes/{id}", response_model=MemoryOut, summary="Read an episode")

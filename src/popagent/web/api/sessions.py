@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from ...store import observations as obs_sql
 from ...threads.service import PAGE_CAP
 from ..schemas import (
     ErrorOut,
@@ -102,9 +101,7 @@ async def observations(request: Request, session_id: SessionId) -> dict[str, Any
     generation's groups, whose message ids point at the exact source messages."""
     s = services(request)
     await s.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
-    async with s.memory.pool.connection() as conn:
-        logs = await obs_sql.list_logs(conn, s.resource_id, session_id)
-        groups = await obs_sql.groups_of_log(conn, logs[-1]) if logs else []
+    logs, groups = await s.observation_state(session_id)
     return {
         "session_id": session_id,
         "generations": [

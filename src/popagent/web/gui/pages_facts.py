@@ -104,6 +104,14 @@ def _form_page(
     )
 
 
+def _show_refusal(f: FactForm, exc: ValidationError | ConflictError) -> None:
+    """Put the library's refusal next to the field it concerns."""
+    if isinstance(exc, ValidationError):
+        f.errors[exc.field if exc.field in FACT_FIELDS else "content"] = exc.message
+    else:
+        f.errors["key" if f.key is not None else "content"] = str(exc)
+
+
 @router.get("/facts/new")
 async def new_fact(request: Request) -> Response:
     f = FactForm(form={"content": "", "key": "", "importance": str(DEFAULT_IMPORTANCE)})
@@ -119,10 +127,8 @@ async def create_fact(request: Request) -> Response:
             fact = await s.memory.create_fact(
                 s.resource_id, f.content, key=f.key, importance=f.importance
             )
-        except ValidationError as exc:
-            f.errors[exc.field if exc.field in FACT_FIELDS else "content"] = exc.message
-        except ConflictError as exc:
-            f.errors["key" if f.key is not None else "content"] = str(exc)
+        except (ValidationError, ConflictError) as exc:
+            _show_refusal(f, exc)
         else:
             return redirect(f"/memories/{fact.id}", notice="fact-created")
     return _form_page(request, f, fact=None, status_code=422)
@@ -153,10 +159,8 @@ async def update_fact(request: Request, id: MemoryId) -> Response:
                 clear_key=f.key is None,
                 importance=f.importance,
             )
-        except ValidationError as exc:
-            f.errors[exc.field if exc.field in FACT_FIELDS else "content"] = exc.message
-        except ConflictError as exc:
-            f.errors["key" if f.key is not None else "content"] = str(exc)
+        except (ValidationError, ConflictError) as exc:
+            _show_refusal(f, exc)
         else:
             return redirect(f"/memories/{id}", notice="fact-updated")
     return _form_page(request, f, fact=fact, status_code=422)

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...errors import ValidationError
-from ...store import observations as obs_sql
 from ...threads.service import TITLE_CAP
 from ..services import services
 from .forms import read_form
@@ -75,9 +74,7 @@ async def _session_page(
     messages = await s.threads.list_messages(
         s.resource_id, session_id, after_id=after_id, limit=MESSAGES_PER_PAGE
     )
-    async with s.memory.pool.connection() as conn:
-        logs = await obs_sql.list_logs(conn, s.resource_id, session_id)
-        groups = await obs_sql.groups_of_log(conn, logs[-1]) if logs else []
+    logs, groups = await s.observation_state(session_id)
     return page(
         request,
         "session.html",
