@@ -263,7 +263,7 @@ def admin_url() -> Iterator[str]:
         yield url
         return
     tmp = tempfile.mkdtemp(prefix="popagent-bench-")
-    server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
+    server = EmbeddedServer(tmp, delete=True)
     try:
         yield server.url
     finally:

@@ -305,7 +305,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="popagent-locomo-")
     server = None
     try:
-        server = EmbeddedServer(os.path.join(tmp, "pg"), delete=True)
+        server = EmbeddedServer(tmp, delete=True)
         out = asyncio.run(evaluate(server.url, conversations, embedder))
     finally:
         if server is not None:

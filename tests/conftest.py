@@ -12,7 +12,6 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -46,7 +45,7 @@ def database_url() -> Iterator[str]:
                 )
         return
     with tempfile.TemporaryDirectory(prefix="popagent-test-") as tmp:
-        server = EmbeddedServer(Path(tmp) / "pgdata", delete=True)
+        server = EmbeddedServer(tmp, delete=True)
         try:
             yield server.url
         finally:

@@ -113,7 +113,7 @@ def main() -> None:
     from popagent.store.embedded import EmbeddedServer
 
     with tempfile.TemporaryDirectory(prefix="popagent-transcript-") as tmp:
-        server = EmbeddedServer(Path(tmp) / "pgdata", delete=True)
+        server = EmbeddedServer(tmp, delete=True)
         try:
             print("\n".join(transcript(server.url)))
         finally:

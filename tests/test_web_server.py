@@ -201,7 +201,7 @@ def test_popagent_serve_from_the_command_line(tmp_path: Path) -> None:
     """``popagent serve`` on its own embedded PostgreSQL: starts, answers, logs JSON
     without content, and on SIGTERM shuts down gracefully, stopping PostgreSQL cleanly."""
     port = free_port()
-    data_dir = tmp_path / "pgdata"
+    data_dir = tmp_path / "data"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
     for name in (
         "POPAGENT_DATABASE_URL",
@@ -248,7 +248,7 @@ def test_popagent_serve_from_the_command_line(tmp_path: Path) -> None:
     # uvicorn re-raises the signal it handled once shutdown is complete.
     assert process.returncode in (0, -15), stderr
     assert "Application shutdown complete" in stderr
-    assert not (data_dir / "postmaster.pid").exists(), "PostgreSQL was not stopped cleanly"
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists(), "PostgreSQL was not stopped"
     assert "oboe" not in stderr
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     access = [line for line in lines if line["logger"] == "popagent.access"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from .embed.protocol import Embedder
 from .memory.longterm import LongTermMemory
 from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
-from .store.database import open_pool
+from .store.database import DEFAULT_CHECKOUT_TIMEOUT, open_pool
 
 __all__ = ["connect"]
 
@@ -23,18 +23,29 @@ async def connect(
     embedder: Embedder | None = None,
     min_size: int = 1,
     max_size: int = 10,
+    checkout_timeout: float = DEFAULT_CHECKOUT_TIMEOUT,
 ) -> AsyncIterator[LongTermMemory]:
     """Open popagent's database and yield a ``LongTermMemory`` over it.
 
     ``url`` (or ``POPAGENT_DATABASE_URL``) selects an existing PostgreSQL
     server; without either, an embedded server is started in ``data_dir``
-    (default: the platform's user-data directory, or ``POPAGENT_DATA_DIR``)
-    and stopped cleanly on exit. Pending migrations are applied first, safely
-    even when several processes start at once.
+    (popagent's folder, default: the platform's user-data directory, or
+    ``POPAGENT_DATA_DIR``; the cluster lives in its ``pgdata`` subfolder),
+    restarted if its postmaster dies, and stopped cleanly on exit. Pending
+    migrations are applied first, safely even when several processes start at
+    once. A call that cannot get a connection within ``checkout_timeout``
+    seconds, or loses it, raises ``DatabaseError``; so does a server that
+    cannot be started or reached.
 
     ``embedder`` (``popagent.embed``: ``LocalEmbedder()``, ``OpenAIEmbedder(...)``,
     or ``embedder_from_env()``) turns on semantic recall; without it recall
     is lexical. No model is loaded here: a local one loads on first use.
     """
-    async with open_pool(url, data_dir=data_dir, min_size=min_size, max_size=max_size) as pool:
+    async with open_pool(
+        url,
+        data_dir=data_dir,
+        min_size=min_size,
+        max_size=max_size,
+        checkout_timeout=checkout_timeout,
+    ) as pool:
         yield LongTermMemory(pool, weights=weights, embedder=embedder)

@@ -2,7 +2,9 @@
 
 Exit codes: bad input (``ValidationError``) exits with 2 through
 ``click.UsageError``, naming the field; any other ``PopagentError`` (a missing
-memory, session or secret, a conflict, an unusable secret key) exits with 1.
+memory, session or secret, a conflict, an unusable secret key, a database that
+cannot be started, reached or used) exits with 1, printing one line and no
+traceback.
 ``asyncio.run`` is called here and in ``chat`` only: the CLI is the edge.
 """
 
@@ -65,7 +67,7 @@ def exit_codes() -> Iterator[None]:
     except ValidationError as exc:
         raise click.UsageError(str(exc)) from exc
     except PopagentError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(" ".join(str(exc).split())) from exc
 
 
 def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]]) -> T:
@@ -86,7 +88,8 @@ def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]
 
 
 def default_key_file() -> Path:
-    """The CLI's default secret key file: beside (not inside) the embedded server's data."""
+    """The CLI's default secret key file: in popagent's default data folder, beside (not
+    inside) the embedded cluster."""
     return Path(platformdirs.user_data_dir("popagent")) / "secret.key"
 
 

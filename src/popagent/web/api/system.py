@@ -27,6 +27,10 @@ router = APIRouter(tags=["system"])
 )
 async def healthz(request: Request) -> JSONResponse:
     s = services(request)
+    if s.memory.pool.down_since is not None:
+        # Known to be away (a lost connection, or the embedded server restarting):
+        # say so now rather than after waiting for a connection.
+        return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
             async with s.memory.pool.connection() as conn:
