@@ -2,21 +2,34 @@
 
 Binds 127.0.0.1 by default. Binding any other address needs a bearer token
 (``POPAGENT_TOKEN`` or ``--token-file``); the command refuses to start without
-one (exit 2). Stops gracefully on Ctrl-C or SIGTERM: running turns finish, the
-schedule stops, and an embedded PostgreSQL is shut down cleanly.
+one (exit 2). Answers only requests whose ``Host`` names it: the loopback
+names on a loopback bind, else the bind address, plus every ``--allowed-host``
+(``POPAGENT_ALLOWED_HOSTS``, comma-separated); anything else gets 421. Stops
+gracefully on Ctrl-C or SIGTERM: running turns finish, the schedule stops, and
+an embedded PostgreSQL is shut down cleanly.
+
+Once serving starts, every line on stderr is one JSON object (``web.logs``),
+this command's own notices included; a startup failure is one such line
+(``startup failed: ...``, no traceback) and a non-zero exit.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import logging.config
+
 import click
 
-from ..access import load_token, require_token_for
+from ..access import ALLOWED_HOSTS_ENV, load_token, parse_allowed_hosts, require_token_for
 from ..embed import configured_embedder
 from ..secrets import SecretCipher, SecretKeyError
 from ..web.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
 from .common import Settings, exit_codes, secret_cipher
 
 __all__ = ["serve_command"]
+
+log = logging.getLogger("popagent.serve")
 
 
 @click.command("serve")
@@ -27,6 +40,15 @@ __all__ = ["serve_command"]
     envvar="POPAGENT_TOKEN_FILE",
     type=click.Path(dir_okay=False),
     help="File whose first line is the bearer token (or set POPAGENT_TOKEN).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar=ALLOWED_HOSTS_ENV,
+    metavar="HOST[:PORT]",
+    help="Another name the server answers to (a proxy's or tunnel's), without a port "
+    "for any port; repeatable. Env: comma-separated.",
 )
 @click.option(
     "--maintenance-interval",
@@ -47,6 +69,7 @@ def serve_command(
     host: str,
     port: int,
     token_file: str | None,
+    allowed_hosts: tuple[str, ...],
     maintenance_interval: float,
     log_level: str,
 ) -> None:
@@ -64,11 +87,16 @@ def serve_command(
     with exit_codes():
         token = load_token(token_file)
         require_token_for(host, token)
+        allowed = parse_allowed_hosts(allowed_hosts)
+        embedder = configured_embedder()
+    # From here on stderr is JSON lines only: ours, uvicorn's and every library's.
+    logging.config.dictConfig(logging_config(log_level))
+    logging.captureWarnings(True)
     cipher: SecretCipher | None
     try:
         cipher = secret_cipher()
     except SecretKeyError as exc:
-        click.echo(f"Secret tools are off: {exc}", err=True)
+        log.warning("secret tools are off: %s", exc)
         cipher = None
     config = ServerConfig(
         resource_id=settings.resource_id,
@@ -76,9 +104,14 @@ def serve_command(
         port=port,
         token=token,
         maintenance_interval_s=maintenance_interval * 3600 if maintenance_interval else None,
+        allowed_hosts=allowed,
     )
-    with exit_codes():
-        embedder = configured_embedder()
+    if _is_wildcard(host) and not allowed:
+        log.warning(
+            "bound to %s: only loopback names are accepted as Host; pass --allowed-host "
+            "with the name or address other machines use",
+            host,
+        )
     app = create_app(
         config,
         cipher=cipher,
@@ -87,17 +120,26 @@ def serve_command(
         embedder=embedder,
     )
     shown = f"[{host}]" if ":" in host else host
-    click.echo(
-        f"popagent serve: resource {settings.resource_id}; GUI and API at http://{shown}:{port}/ "
-        "(Ctrl-C stops)",
-        err=True,
+    url = f"http://{shown}:{port}/"
+    log.info(
+        "popagent serve: resource %s; GUI and API at %s (Ctrl-C stops)",
+        settings.resource_id,
+        url,
+        extra={"resource_id": settings.resource_id, "url": url},
     )
     uvicorn.run(
         app,
         host=host,
         port=port,
-        log_config=logging_config(log_level),
+        log_config=None,  # configured above
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=30,
     )
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
+from ..access import AllowedHosts, HostGuard
 from ..connection import connect
 from ..embed import Embedder
 from ..llm import ModelSettings, OpenAIChatModel
@@ -29,7 +30,7 @@ from .api import ROUTERS
 from .config import ServerConfig
 from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
-from .middleware import AccessLog, RequestGuard, SecurityHeaders, TokenGate
+from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
 from .scheduler import MaintenanceScheduler
 from .services import Services, build_agent
 
@@ -120,11 +121,18 @@ def create_app(
         app.include_router(router)
     app.include_router(gui_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    allowed_hosts = AllowedHosts.for_bind(config.host, config.allowed_hosts)
     # Added innermost first: the access log sees every response, refusals included.
     app.add_middleware(
-        RequestGuard, max_body_bytes=config.max_body_bytes, resource_id=config.resource_id
+        RequestGuard,
+        max_body_bytes=config.max_body_bytes,
+        resource_id=config.resource_id,
+        allowed_hosts=allowed_hosts,
+        body_timeout_s=config.body_timeout_s,
     )
     app.add_middleware(TokenGate, token=config.token)
+    app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog)
+    app.add_middleware(LifespanGuard)
     return app

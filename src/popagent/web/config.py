@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_RESOURCE", "MAX_BODY_BYTES", "ServerConfig"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "DEFAULT_RESOURCE",
+    "MAX_BODY_BYTES",
+    "ServerConfig",
+]
 
 DEFAULT_RESOURCE = "popagent-user"
 DEFAULT_HOST = "127.0.0.1"
@@ -17,6 +24,9 @@ DEFAULT_PORT = 8787
 #: The largest request body accepted. A fact is at most 2,000 characters (8 kB
 #: of UTF-8 at worst) and a chat message 32,000; this leaves room for JSON escapes.
 MAX_BODY_BYTES = 256 * 1024
+#: Seconds a client has, from its request's headers, to send the whole body (else 408):
+#: a body shorter than its Content-Length must not hold a connection and a task.
+BODY_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +43,7 @@ class ServerConfig:
     #: Seconds after start before the first scheduled run.
     maintenance_delay_s: float = 60.0
     max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout_s: float = BODY_TIMEOUT_S
+    #: Extra names (``NAME`` or ``NAME:PORT``) the server answers to besides its bind
+    #: address (the loopback names on a loopback bind); any other Host gets 421.
+    allowed_hosts: tuple[str, ...] = ()

@@ -1,10 +1,16 @@
 """One error body for the whole API: ``{"error": ..., "message": ..., "field": ...}``.
 
 Status codes: 400 unreadable JSON, 401 no or wrong token, 404 no such memory or
-session in this resource, 409 a conflicting fact, 413 a body over the limit,
-422 anything that breaks a documented rule (naming the field), 502 the model
-failed during a chat turn, 503 the database or the model is not available. A
-request that gets any of them has written nothing.
+session in this resource, 408 a body that did not arrive in time, 409 a
+conflicting fact, 413 a body over the limit, 421 a Host that does not name this
+server, 422 anything that breaks a documented rule (naming the field), 500 an
+unexpected failure (its traceback goes to the log, never into the response),
+502 the model failed during a chat turn, 503 the database or the model is not
+available. A request that gets any of them has written nothing.
+
+A database outage (``DatabaseError``, or a raw ``psycopg.OperationalError`` /
+``psycopg_pool.PoolTimeout`` from a path that did not wrap it) is a 503 and
+one short warning in the log per request, without a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -27,9 +34,22 @@ from ..errors import (
     ValidationError,
 )
 
-__all__ = ["error_body", "error_response", "install_error_handlers"]
+__all__ = [
+    "DATABASE_UNAVAILABLE",
+    "OUTAGE_ERRORS",
+    "database_unavailable",
+    "error_body",
+    "error_response",
+    "install_error_handlers",
+    "log_outage",
+]
 
 log = logging.getLogger("popagent.web")
+
+#: Errors that mean the database cannot serve now (``psycopg_pool.PoolTimeout``
+#: and ``psycopg.errors.DiskFull`` are ``OperationalError`` subclasses).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, psycopg.OperationalError)
+DATABASE_UNAVAILABLE = "the database is not available right now; try again shortly"
 
 _STATUS: tuple[tuple[type[PopagentError], int, str], ...] = (
     (ValidationError, 422, "validation_error"),
@@ -44,8 +64,10 @@ _HTTP_NAMES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     413: "body_too_large",
     415: "unsupported_media_type",
+    421: "misdirected_request",
     422: "validation_error",
     503: "unavailable",
 }
@@ -59,9 +81,18 @@ def error_response(status: int, error: str, message: str, field: str | None = No
     return JSONResponse(error_body(error, message, field), status_code=status)
 
 
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+
+
 def _field(loc: Sequence[Any]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts)[:120] or None
+    """The field a validation error's location names: its parts after the leading
+    location kind (``("body", "query")`` is the body field ``query``)."""
+    parts = list(loc)
+    if parts == ["body"]:
+        return "body"  # the body as a whole (not a JSON object, or missing)
+    if parts and parts[0] in _LOCATIONS:
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts)[:120] or None
 
 
 def _validation_message(errors: Sequence[Any]) -> tuple[int, str, str, str | None]:
@@ -107,12 +138,42 @@ def install_error_handlers(app: FastAPI) -> None:
             if isinstance(exc, cls):
                 if isinstance(exc, ValidationError):
                     return error_response(status, name, str(exc), exc.field)
+                if isinstance(exc, DatabaseError):
+                    return database_unavailable(request, exc)
                 if status >= 500:
                     log.warning("request failed: %s", type(exc).__name__)
                 return error_response(status, name, str(exc))
         log.error("unexpected popagent error: %s", type(exc).__name__)
         return error_response(500, "internal_error", "the server failed; see its log")
 
+    async def on_outage(request: Request, exc: Exception) -> JSONResponse:
+        return database_unavailable(request, exc)
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback (as JSON, through the log config) after this.
+        return error_response(500, "internal_error", "the server failed; see its log")
+
     app.add_exception_handler(RequestValidationError, on_request_validation)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(PopagentError, on_popagent)
+    app.add_exception_handler(psycopg.OperationalError, on_outage)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def log_outage(request: Request, exc: BaseException) -> None:
+    """The one short warning a request met by a database outage logs (no traceback)."""
+    log.warning(
+        "database unavailable: %s %s (%s)",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        extra={"path": request.url.path, "error": type(exc).__name__},
+    )
+
+
+def database_unavailable(request: Request, exc: BaseException) -> JSONResponse:
+    """503 with the error body for a database that cannot serve now."""
+    log_outage(request, exc)
+    # popagent's own message is written for people; a driver's may name internals.
+    message = str(exc) if isinstance(exc, DatabaseError) and str(exc) else DATABASE_UNAVAILABLE
+    return error_response(503, "database_unavailable", message)

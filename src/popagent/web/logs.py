@@ -1,9 +1,11 @@
 """Structured logs: one JSON object per line on stderr, for the server's own
-records, the access log and uvicorn's.
+records, the access log, uvicorn's, and (through the root logger) every other
+library's: psycopg's pool, the embedded server, asyncio, Python's warnings.
 
 Fields: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, and the
 record's extras (the access log's ``method``, ``path``, ``status``, ``bytes``,
-``ms``, ``client``). Nothing logs a request's query string or body.
+``ms``, ``client``), and ``exception`` (the traceback as one string) when the
+record carries one. Nothing logs a request's query string or body.
 """
 
 from __future__ import annotations
@@ -37,13 +39,19 @@ class JsonFormatter(logging.Formatter):
 
 
 def logging_config(level: str = "info") -> dict[str, Any]:
-    """A ``logging.config.dictConfig`` for ``popagent serve`` (uvicorn's ``log_config``)."""
+    """A ``logging.config.dictConfig`` for ``popagent serve``: popagent's and uvicorn's
+    loggers at ``level``, every other logger through the root at warning (or ``level``
+    when higher), all as JSON on stderr."""
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    root_level = level.upper() if level.lower() in ("warning", "error") else "WARNING"
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JsonFormatter}},
         "handlers": {"stderr": handler},
+        # Libraries without a handler of their own (psycopg.pool, asyncio, the MCP SDK,
+        # py.warnings) would otherwise reach Python's last-resort plain-text handler.
+        "root": {"handlers": ["stderr"], "level": root_level},
         "loggers": {
             "popagent": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
             "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},

@@ -1,5 +1,6 @@
-"""The server's ASGI middleware, outermost first: access log, security headers,
-token gate, request guard.
+"""The server's ASGI middleware, outermost first: lifespan guard, access log,
+security headers, host guard (``popagent.access.HostGuard``), token gate,
+request guard.
 
 Plain ASGI classes (no ``BaseHTTPMiddleware``): each adds a few microseconds,
 and streamed chat replies pass through unbuffered.
@@ -13,14 +14,25 @@ Invariants:
 - A request that names a resource (query parameter or header) is refused with
   422: the resource is the server's, and silently ignoring the name would let
   a client believe it read another resource.
-- Unsafe methods from another origin are refused (403): with no CORS and JSON
-  bodies this makes the API and the GUI's forms safe from cross-site requests.
+- A Host that does not name this server is refused (421) before anything
+  else runs: a DNS-rebinding page cannot reach the API under its own name.
+- Unsafe methods from another origin are refused (403): the ``Origin`` must be
+  one of the server's allowed hosts (scheme, name and port), never merely equal
+  to the client-supplied ``Host``. With no CORS and JSON bodies this makes the
+  API and the GUI's forms safe from cross-site requests.
+- A path whose percent-encoding is not UTF-8 is refused (422) before any route
+  sees a replacement character in it.
 - Bodies over the limit are refused (413) before the route reads them; bodies
-  without a declared length (chunked) are refused with 411.
+  without a declared length (chunked) are refused with 411; a body not fully
+  received within ``body_timeout_s`` of the request is answered with 408.
+- A startup failure (the database unreachable, a bad URL, an unusable data
+  dir) is reported as one log line without a traceback (``LifespanGuard``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
 import json
 import logging
 import re
@@ -28,17 +40,24 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
-from ..access import bearer_matches
+import psycopg
+from starlette.exceptions import HTTPException
+
+from ..access import AllowedHosts, bearer_matches, request_port
+from ..errors import PopagentError
 
 __all__ = [
     "SECURITY_HEADERS",
     "TOKEN_COOKIE",
     "AccessLog",
+    "BodyTimeout",
+    "LifespanGuard",
     "RequestGuard",
     "SecurityHeaders",
     "TokenGate",
+    "startup_failure",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -71,6 +90,18 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 )
 
 access_log = logging.getLogger("popagent.access")
+log = logging.getLogger("popagent.web")
+
+
+class BodyTimeout(HTTPException):
+    """The request's body did not arrive in time (408); the connection is closed after."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            408,
+            f"the request body did not arrive within {timeout_s:g} seconds",
+            headers={"connection": "close"},
+        )
 
 
 async def _send_json(
@@ -220,15 +251,33 @@ class TokenGate:
 
 
 class RequestGuard:
-    """Refuse resource names, cross-origin unsafe requests and oversized or unsized bodies."""
+    """Refuse resource names, undecodable paths, cross-origin unsafe requests and
+    oversized, unsized or late bodies."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, resource_id: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        resource_id: str,
+        allowed_hosts: AllowedHosts,
+        body_timeout_s: float,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.resource_id = resource_id
+        self.allowed_hosts = allowed_hosts
+        self.body_timeout_s = body_timeout_s
 
     def _refusal(self, scope: Scope) -> tuple[int, dict[str, Any]] | None:
         headers = _headers(scope)
+        bad_path = _undecodable_path(scope)
+        if bad_path is not None:
+            return 422, _error(
+                "validation_error",
+                f"{bad_path}: the path's percent-encoding is not valid UTF-8",
+                bad_path,
+            )
         named = [
             name
             for name, _ in parse_qsl(scope.get("query_string", b"").decode("latin-1"), True)
@@ -245,7 +294,11 @@ class RequestGuard:
                 named[0][:80],
             )
         if scope["method"] in _UNSAFE:
-            if headers.get(b"sec-fetch-site") == b"cross-site" or not _same_origin(headers):
+            origin = headers.get(b"origin")
+            if headers.get(b"sec-fetch-site") == b"cross-site" or (
+                origin is not None
+                and not self.allowed_hosts.origin_ok(origin.decode("latin-1"), request_port(scope))
+            ):
                 return 403, _error("forbidden", "cross-origin requests are refused")
             length = headers.get(b"content-length")
             if length is None:
@@ -261,21 +314,127 @@ class RequestGuard:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refusal = self._refusal(scope)
-            if refusal is not None:
-                await _send_json(send, *refusal)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await _send_json(send, *refusal)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
+        body_done = False
+        started = False
+        json_body = b"json" in _headers(scope).get(b"content-type", b"")
+        utf8 = codecs.getincrementaldecoder("utf-8")()
+
+        async def timed_receive() -> Message:
+            # Only the body is timed: once it is in, receive() waits for the
+            # disconnect that a streamed reply listens for, as long as it takes.
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.body_timeout_s) from None
+            if message["type"] == "http.request" and json_body:
+                # JSON is UTF-8 (RFC 8259); json.loads would guess UTF-16 or -32.
+                try:
+                    utf8.decode(message.get("body", b""), final=not message.get("more_body"))
+                except UnicodeDecodeError:
+                    raise HTTPException(400, "the body is not UTF-8 encoded JSON") from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracked_send)
+        except BodyTimeout as exc:
+            # Raised where no handler turned it into a response (e.g. in a middleware).
+            if started:
+                raise
+            await _send_json(
+                send,
+                408,
+                _error("request_timeout", str(exc.detail)),
+                (b"connection", b"close"),
+            )
+
+
+class LifespanGuard:
+    """Report a failed startup or shutdown as one clean line instead of a traceback.
+
+    Starlette sends the traceback as the ``lifespan.startup.failed`` (or
+    ``shutdown.failed``) message and uvicorn logs it whole; this holds that
+    message back and sends ``startup_failure(exc)`` instead. The full error is
+    still logged at debug level.
+    """
+
+    _FAILED = frozenset({"lifespan.startup.failed", "lifespan.shutdown.failed"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        held: str | None = None
+
+        async def guarded(message: Message) -> None:
+            nonlocal held
+            if message["type"] in self._FAILED:
+                held = message["type"]
                 return
-        await self.app(scope, receive, send)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, guarded)
+        except Exception as exc:
+            if held is None:
+                raise
+            log.debug("lifespan failed", exc_info=exc)
+            phase = "startup" if held.startswith("lifespan.startup") else "shutdown"
+            await send({"type": held, "message": startup_failure(exc, phase)})
+            return
+        if held is not None:  # failed without raising: say so without the details
+            await send({"type": held, "message": "the lifespan failed"})
 
 
-def _same_origin(headers: dict[bytes, bytes]) -> bool:
-    """True without an ``Origin`` header (not a browser's cross-site request) or when
-    the origin's host and port are the request's ``Host``."""
-    origin = headers.get(b"origin")
-    if origin is None:
-        return True
-    if origin == b"null":
-        return False
-    host = headers.get(b"host", b"").decode("latin-1").lower()
-    return urlsplit(origin.decode("latin-1")).netloc.lower() == host
+def startup_failure(exc: BaseException, phase: str = "startup") -> str:
+    """One line that says why the server could not start (or stop)."""
+    if isinstance(exc, PopagentError):
+        text = str(exc)
+    elif isinstance(exc, psycopg.Error):
+        text = f"could not connect to PostgreSQL: {exc}"
+    elif isinstance(exc, OSError):
+        text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{phase} failed: {first or type(exc).__name__}"[:500]
+
+
+def _undecodable_path(scope: Scope) -> str | None:
+    """The field to blame when the raw path's percent-encoding is not UTF-8, else ``None``:
+    ``session_id`` for a session's segment, ``path`` otherwise."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return None
+    raw = raw.split(b"?", 1)[0]  # some clients (httpx's ASGI transport) include the query
+    previous = b""
+    for segment in raw.split(b"/"):
+        try:
+            unquote_to_bytes(segment).decode("utf-8")
+        except UnicodeDecodeError:
+            return "session_id" if previous == b"sessions" else "path"
+        previous = segment
+    return None

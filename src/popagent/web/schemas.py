@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP, QUERY_CAP
 
@@ -80,10 +81,22 @@ class RecallRequest(_Strict):
     limit: Annotated[int, Field(ge=1, le=100)] = 8
 
 
+def _json_true(value: object) -> object:
+    # Literal[True] alone takes 1 and 1.0 (they equal True in Python); a deletion
+    # is confirmed by the JSON boolean only.
+    if value is not True:
+        raise PydanticCustomError("literal_error", "must be true (the JSON boolean)")
+    return value
+
+
+#: The JSON boolean ``true`` and nothing that merely equals it.
+JsonTrue = Annotated[Literal[True], BeforeValidator(_json_true)]
+
+
 class CleanupRequest(_Strict):
     """Explicit cleanup. ``confirm`` must be true: this deletes long-term memory for good."""
 
-    confirm: Literal[True]
+    confirm: JsonTrue
     kind: Literal["fact", "episode"] | None = None
     #: ISO 8601 with a time zone (JSON has no datetime type, so this one field parses text).
     older_than: Annotated[datetime | None, Field(strict=False)] = None
@@ -183,6 +196,12 @@ class MessageOut(BaseModel):
     content: str
     parts: list[dict[str, Any]]
     created_at: datetime
+    #: The chat turn that wrote the message; ``null`` for one written outside a turn.
+    turn_id: int | None = None
+    #: That turn's status: ``interrupted`` or ``failed`` means the turn ended
+    #: without its reply (and stored no episode); a turn still ``running`` far
+    #: longer than any turn can take reads ``interrupted``.
+    turn_status: Literal["running", "completed", "failed", "interrupted"] | None = None
 
 
 class MessagePage(BaseModel):

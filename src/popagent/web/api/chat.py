@@ -12,6 +12,8 @@ Invariants:
   and episode are stored as if the reply had been read (a dropped connection is
   not a cancelled turn).
 - Without a configured model the route answers 503 and writes nothing.
+- A refused message names this API's field, ``message`` (the agent calls it
+  ``user_text``), and writes nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
 from ...agent import Agent, TurnResult
+from ...checks import check_text, is_blank
 from ...errors import PopagentError, TurnFailedError, ValidationError
-from ..errors import error_body
+from ..errors import DATABASE_UNAVAILABLE, OUTAGE_ERRORS, error_body
 from ..schemas import ChatReply, ChatRequest, ErrorOut
 from ..services import Services, services
 
@@ -81,7 +84,8 @@ async def chat(
 ) -> Any:
     s = services(request)
     agent = _agent(s)
-    if not body.message.strip():
+    check_text("message", body.message)
+    if is_blank(body.message):
         raise ValidationError("message", "must not be empty")
     wants_stream = stream or "text/event-stream" in request.headers.get("accept", "")
     if not wants_stream:
@@ -105,7 +109,12 @@ async def _locked_turn(
 ) -> TurnResult:
     """One turn, holding the session's lock for all of it."""
     async with s.chat_lock(session_id):
-        return await agent.run_turn(s.resource_id, session_id, message, on_text=on_text)
+        try:
+            return await agent.run_turn(s.resource_id, session_id, message, on_text=on_text)
+        except ValidationError as exc:
+            if exc.field != "user_text":
+                raise
+            raise ValidationError("message", exc.message) from exc
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -126,6 +135,11 @@ async def _events(s: Services, agent: Agent, session_id: str, message: str) -> A
             queue.put_nowait(_event("error", error_body("model_failed", exc.message)))
         except ValidationError as exc:
             queue.put_nowait(_event("error", error_body("validation_error", str(exc), exc.field)))
+        except OUTAGE_ERRORS as exc:
+            log.warning("database unavailable during a chat turn (%s)", type(exc).__name__)
+            queue.put_nowait(
+                _event("error", error_body("database_unavailable", DATABASE_UNAVAILABLE))
+            )
         except PopagentError as exc:
             queue.put_nowait(_event("error", error_body("error", str(exc))))
         except Exception:

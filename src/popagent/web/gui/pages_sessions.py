@@ -4,6 +4,8 @@ oldest first) and its observational-memory state, and rename and delete.
 The state shows every generation of the observation log, the active
 observations, and the active generation's groups; each group links to the
 exact messages it observed (``#msg-ID`` on the history page that holds them).
+A turn that ended without its reply (interrupted, failed) or is still running
+is marked after its last message.
 Deleting a session deletes its messages and observations, after a
 confirmation page; long-term memory stays.
 """
@@ -18,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...errors import ValidationError
+from ...models import turn_marker, unfinished_turn_ends
 from ...threads.service import TITLE_CAP
 from ..services import services
 from .forms import read_form
@@ -75,6 +78,9 @@ async def _session_page(
         s.resource_id, session_id, after_id=after_id, limit=MESSAGES_PER_PAGE
     )
     logs, groups = await s.observation_state(session_id)
+    next_after_id = messages[-1].id if len(messages) == MESSAGES_PER_PAGE else None
+    ends = unfinished_turn_ends(messages, last_page=next_after_id is None)
+    by_id = {m.id: m for m in messages}
     return page(
         request,
         "session.html",
@@ -82,8 +88,11 @@ async def _session_page(
         status_code=422 if title_error else 200,
         session=session,
         messages=messages,
+        turn_ends={
+            id: (status, turn_marker(by_id[id].turn_id or 0, status)) for id, status in ends.items()
+        },
         after_id=after_id,
-        next_after_id=messages[-1].id if len(messages) == MESSAGES_PER_PAGE else None,
+        next_after_id=next_after_id,
         generations=logs,
         active_log=logs[-1] if logs else None,
         groups=groups,

@@ -3,7 +3,8 @@
 The API's error handlers stay as they are for ``/api``; a GUI route catches
 the errors a page can meet and renders ``error.html`` with the same status
 the API would use (404 unknown memory or session, 409 conflict, 422 invalid
-input, 503 database unavailable; 403 and 422 from ``FormRefused``).
+input, 503 database unavailable, also for a raw driver error or pool timeout;
+403 and 422 from ``FormRefused``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...errors import ConflictError, DatabaseError, NotFoundError, ValidationError
+from ...errors import ConflictError, NotFoundError, ValidationError
+from ..errors import OUTAGE_ERRORS, log_outage
 from .forms import FormRefused
 from .rendering import error_page
 
@@ -44,7 +46,8 @@ class HtmlRoute(APIRoute):
                 return error_page(request, 422, "Invalid input", str(exc))
             except ConflictError as exc:
                 return error_page(request, 409, "Conflict", str(exc))
-            except DatabaseError:
+            except OUTAGE_ERRORS as exc:
+                log_outage(request, exc)
                 return error_page(
                     request, 503, "Database unavailable", "the database cannot be reached"
                 )
