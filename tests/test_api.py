@@ -14,6 +14,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "agent",
         "checks",
         "cli",
+        "credentials",
         "connection",
         "embed",
         "errors",

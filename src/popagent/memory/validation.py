@@ -11,9 +11,9 @@ import math
 import re
 import unicodedata
 
-from ..checks import ID_CAP, check_id, check_limit, check_text
+from ..checks import ID_CAP, check_id, check_limit, check_text, is_blank, is_invisible, strip_blank
+from ..credentials import find_credentials, redact_credentials
 from ..errors import SecretRefusedError, ValidationError
-from .credentials import find_credentials, redact_credentials
 
 __all__ = [
     "ASSISTANT_TEXT_CAP",
@@ -23,6 +23,7 @@ __all__ = [
     "QUERY_CAP",
     "USER_TEXT_CAP",
     "cap_text",
+    "check_credentials",
     "check_id",
     "check_importance",
     "check_limit",
@@ -41,19 +42,16 @@ ASSISTANT_TEXT_CAP = 8_000
 QUERY_CAP = 4_000
 
 _WHITESPACE = re.compile(r"\s+")
+_EMPTY = "is required and must not be empty"
 
 
-def normalize_fact_content(value: object, field: str = "content") -> str:
-    """NFC, whitespace runs collapsed to one space, trimmed; 1 to 2,000 characters; no credentials."""
-    text = unicodedata.normalize("NFC", check_text(field, value))
-    text = _WHITESPACE.sub(" ", text).strip()
-    if not text:
-        raise ValidationError(field, "is required and must not be empty")
-    if len(text) > FACT_CONTENT_CAP:
-        raise ValidationError(
-            field,
-            f"is {len(text)} characters; a fact is limited to {FACT_CONTENT_CAP} characters",
-        )
+def check_credentials(field: str, text: str) -> None:
+    """Refuse ``text`` with ``SecretRefusedError`` naming ``field`` if it holds a credential.
+
+    The one check every fact write path applies (library, remember tool, API,
+    GUI, MCP, CLI all reach it through ``normalize_fact_content`` and
+    ``normalize_key``); the message names the kinds found, never the value.
+    """
     findings = find_credentials(text)
     if findings:
         kinds = ", ".join(sorted({f.kind for f in findings}))
@@ -62,20 +60,44 @@ def normalize_fact_content(value: object, field: str = "content") -> str:
             f"looks like it contains a credential ({kinds}); secrets are never stored as "
             "memories, use the secret store instead",
         )
+
+
+def normalize_fact_content(value: object, field: str = "content") -> str:
+    """NFC, whitespace runs collapsed to one space, trimmed (of invisible characters too);
+    1 to 2,000 characters; no credentials."""
+    text = unicodedata.normalize("NFC", check_text(field, value))
+    text = strip_blank(_WHITESPACE.sub(" ", text))
+    if not text:
+        raise ValidationError(field, _EMPTY)
+    if len(text) > FACT_CONTENT_CAP:
+        raise ValidationError(
+            field,
+            f"is {len(text)} characters; a fact is limited to {FACT_CONTENT_CAP} characters",
+        )
+    check_credentials(field, text)
     return text
 
 
 def normalize_key(value: object, field: str = "key") -> str | None:
-    """``None`` stays ``None``; otherwise trimmed and lower-cased, 1 to 128 characters."""
+    """``None`` stays ``None``; otherwise trimmed and lower-cased, 1 to 128 characters,
+    no whitespace, control or invisible characters, no credentials."""
     if value is None:
         return None
-    text = unicodedata.normalize("NFC", check_text(field, value)).strip().lower()
-    if not text:
+    raw = unicodedata.normalize("NFC", check_text(field, value))
+    if is_blank(raw):
         raise ValidationError(field, "must not be empty when given")
+    stripped = raw.strip()
+    text = stripped.lower()
     if len(text) > KEY_CAP:
         raise ValidationError(field, f"must be at most {KEY_CAP} characters")
+    # Screened before lower-casing: several token shapes are case-sensitive.
+    check_credentials(field, stripped)
     if any(ch.isspace() or unicodedata.category(ch) == "Cc" for ch in text):
         raise ValidationError(field, "must not contain whitespace or control characters")
+    if any(is_invisible(ch) for ch in text):
+        raise ValidationError(
+            field, "must not contain invisible characters (zero-width, BOM, bidi marks)"
+        )
     return text
 
 
@@ -92,8 +114,9 @@ def check_importance(value: object, field: str = "importance") -> float:
 
 
 def check_query(value: object, field: str = "query") -> str:
+    """Trimmed; 1 to 4,000 characters, not only whitespace or invisible characters."""
     text = check_text(field, value).strip()
-    if not text:
+    if is_blank(text):
         raise ValidationError(field, "must not be empty")
     if len(text) > QUERY_CAP:
         raise ValidationError(field, f"must be at most {QUERY_CAP} characters")
@@ -122,7 +145,7 @@ def episode_content(user_text: object, assistant_text: object) -> tuple[str, int
     """
     user = check_text("user_text", user_text).strip()
     assistant = check_text("assistant_text", assistant_text).strip()
-    if not user or not assistant:
+    if is_blank(user) or is_blank(assistant):
         return None
     user, n_user = redact_credentials(unicodedata.normalize("NFC", user))
     assistant, n_assistant = redact_credentials(unicodedata.normalize("NFC", assistant))

@@ -45,6 +45,11 @@ Invariants:
 - A reflection is committed only if the head did not change while the
   Reflector ran (checked under the head row's lock); otherwise it is dropped,
   so an activation or observation made meanwhile is never lost.
+- Every observations text is screened for credentials where it is stored
+  (``_insert_log``, ``_advance_log``, ``_insert_group`` wrap the store's
+  writes): each value becomes ``[REDACTED:<kind>]``, also in text carried
+  over from rows written before the screen existed. The Observer's and
+  Reflector's input and output are screened too (``observer``, ``reflector``).
 - A reflection inserts a new generation (the old one stays stored) holding one
   ``reflection`` group whose pointer spans the groups it covers. After an
   unproductive reflection, the next one waits until the log grew by a tenth
@@ -54,13 +59,14 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, ParamSpec, TypeVar
 
 import psycopg
 
+from ..credentials import redact_credentials
 from ..llm.protocol import ChatModel
 from ..models import Message, ObservationGroup, ObservationLog
 from ..store import observations as obs_sql
@@ -87,6 +93,28 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 30.0
 #: At most this many unobserved messages are read per turn.
 MAX_UNOBSERVED = 10_000
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _screened(write: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """``write`` with its ``observations`` text passed through the credential screen."""
+
+    async def screened(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        text = kwargs.get("observations")
+        if isinstance(text, str):
+            kwargs["observations"] = redact_credentials(text)[0]
+        return await write(*args, **kwargs)
+
+    return screened
+
+
+# The store's writes of observations text; every call here goes through these.
+_insert_log = _screened(obs_sql.insert_log)
+_advance_log = _screened(obs_sql.advance_log)
+_insert_group = _screened(obs_sql.insert_group)
 
 
 #: Why buffered chunks were activated on a turn.
@@ -494,7 +522,7 @@ class ObservationalMemory:
             if head is None:
                 try:
                     async with conn.transaction():
-                        head = await obs_sql.insert_log(
+                        head = await _insert_log(
                             conn,
                             job.resource_id,
                             job.session_id,
@@ -516,7 +544,7 @@ class ObservationalMemory:
             expected = waiting[-1].last_message_id if waiting else cursor
             if expected != job.after_id:
                 raise ObservationFailed("the thread moved on while the Observer ran")
-            return await obs_sql.insert_group(
+            return await _insert_group(
                 conn,
                 locked,
                 kind="observation",
@@ -562,7 +590,7 @@ class ObservationalMemory:
             ]
             if not covered:
                 raise ObservationFailed("the reflected groups are gone")
-            return await obs_sql.insert_group(
+            return await _insert_group(
                 conn,
                 locked,
                 kind="reflection",
@@ -616,7 +644,7 @@ class ObservationalMemory:
             if await obs_sql.activate_groups(conn, log, [ready.id]) != 1:
                 raise _Conflict
             for g in tail:
-                await obs_sql.insert_group(
+                await _insert_group(
                     conn,
                     log,
                     kind=g.kind,
@@ -637,7 +665,7 @@ class ObservationalMemory:
         text = f"{head.observations}\n\n{new}" if head.observations else new
         try:
             async with self.pool.connection() as conn, conn.transaction():
-                log = await obs_sql.advance_log(
+                log = await _advance_log(
                     conn,
                     head,
                     observations=text,
@@ -670,7 +698,7 @@ class ObservationalMemory:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 if head is None:
-                    log = await obs_sql.insert_log(
+                    log = await _insert_log(
                         conn,
                         resource_id,
                         session_id,
@@ -681,7 +709,7 @@ class ObservationalMemory:
                         last_observed_message_id=batch[-1].id,
                     )
                 else:
-                    advanced = await obs_sql.advance_log(
+                    advanced = await _advance_log(
                         conn,
                         head,
                         observations=text,
@@ -692,7 +720,7 @@ class ObservationalMemory:
                         raise ObservationFailed("another turn observed this thread meanwhile")
                     log = advanced
                 await obs_sql.delete_overtaken_buffered(conn, resource_id, session_id, batch[-1].id)
-                await obs_sql.insert_group(
+                await _insert_group(
                     conn,
                     log,
                     kind="observation",
@@ -745,7 +773,7 @@ class ObservationalMemory:
             if log is None:
                 return head, result  # another turn reflected first; its generation stands
             if covered:
-                await obs_sql.insert_group(
+                await _insert_group(
                     conn,
                     log,
                     kind="reflection",
@@ -771,7 +799,7 @@ async def _insert_reflection(
     another turn inserted that generation first (a savepoint keeps the caller's transaction)."""
     try:
         async with conn.transaction():
-            return await obs_sql.insert_log(
+            return await _insert_log(
                 conn,
                 head.resource_id,
                 head.session_id,

@@ -16,6 +16,10 @@ Invariants:
   usable URL or bytes stays a placeholder.
 - An answer that is empty, holds no observations, or loops is a failure
   (``ObservationFailed``); the caller keeps the log as it was.
+- Credentials never reach the Observer nor the log: the request's text
+  (previous observations and messages, stored before the screen existed or
+  not) and the parsed observations pass the package's one credential screen
+  (``popagent.credentials``), each value replaced by ``[REDACTED:<kind>]``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..credentials import redact_credentials, redact_json_text
 from ..errors import PopagentError, ValidationError
 from ..llm.protocol import (
     ChatMessage,
@@ -157,7 +162,10 @@ def _tool_lines(message: Message) -> list[str]:
     lines: list[str] = []
     for part in message.parts:
         if part.get("type") == "tool_call":
-            lines.append(f"Tool call {part.get('name')}: {_short(part.get('arguments'))}")
+            arguments = part.get("arguments")
+            # Screened as JSON: an escaped value (``\\u00e8``, ``\\n``) is found too.
+            shown = redact_json_text(arguments) if isinstance(arguments, str) else arguments
+            lines.append(f"Tool call {part.get('name')}: {_short(shown)}")
     return lines
 
 
@@ -247,14 +255,15 @@ def build_observer_messages(
             "in this order:\n" + names
         )
     parts.append("---\n## Your task\n\nWrite the observations of the new messages.")
-    user = ChatMessage("user", "\n\n".join(parts), attachments=tuple(part for _, part in forwarded))
+    text, _redacted = redact_credentials("\n\n".join(parts))
+    user = ChatMessage("user", text, attachments=tuple(part for _, part in forwarded))
     return [ChatMessage("system", system), user]
 
 
 async def run_observer(
     model: ChatModel, request: Sequence[ChatMessage], *, timeout_s: float
 ) -> str:
-    """One Observer call within ``timeout_s``: the parsed observations.
+    """One Observer call within ``timeout_s``: the parsed observations, credentials redacted.
 
     Raises ``ObservationFailed`` on a model error, a timeout, or an answer
     without usable (non-looping) observations.
@@ -270,7 +279,7 @@ async def run_observer(
     raw = completion.message.content or ""
     if is_degenerate(raw):
         raise ObservationFailed("the Observer's answer repeats itself (a repetition loop)")
-    observations = parse_observations(raw)
+    observations, _redacted = redact_credentials(parse_observations(raw))
     if not observations.strip():
         raise ObservationFailed("the Observer's answer holds no observations")
     return observations

@@ -8,6 +8,9 @@ Invariants (each a complaint of Mastra's users we must not repeat):
   the log is never a valid candidate: such a reflection never replaces the log.
 - The number of calls is bounded, and so is each call's time (``deadline``).
 - Escalation stops at the first candidate below the target.
+- Credentials pass the one screen (``popagent.credentials``) both ways: the
+  log sent to the Reflector and each candidate it returns are redacted, so a
+  reflection never stores a value.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from ..credentials import redact_credentials
 from ..llm.protocol import ChatMessage, ChatModel, ModelError
 from .observer import OBSERVER_PROMPT
 from .snapshot import ExecutionSnapshot
@@ -80,7 +84,7 @@ def build_reflector_messages(
         system += f"\n\n{_GUIDANCE_HEADING}\n{snapshot.reflection_instruction}"
     user = (
         "## Observations to reflect on\n\n"
-        f"{observations}\n\n"
+        f"{redact_credentials(observations)[0]}\n\n"
         "---\n"
         "Rewrite these observations as a smaller, complete log.\n\n"
         f"## Compression (level {level} of {len(COMPRESSION_LEVELS)})\n\n"
@@ -123,7 +127,7 @@ async def reflect(
         raw = completion.message.content or ""
         if is_degenerate(raw):
             continue
-        candidate = parse_observations(raw)
+        candidate, _redacted = redact_credentials(parse_observations(raw))
         if not candidate.strip():
             continue
         tokens = count_text(candidate, counter)

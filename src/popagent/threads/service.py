@@ -3,6 +3,13 @@
 Thread memory is the exact record of one chat; it is never substituted by the
 long-term store, and deleting a session (with its messages and thread-scoped
 state) never touches ``popagent_memories``.
+
+Every message is screened here, whoever writes it (agent turns, the API, the
+CLI, an application): each credential in its text, in the strings of its
+parts and in tool-call arguments (parsed as JSON) is replaced by
+``[REDACTED:<kind>]`` before it is stored (``popagent.credentials``); session
+titles and metadata are screened the same way. So the record is exact except
+for credentials, which are never kept.
 """
 
 from __future__ import annotations
@@ -10,13 +17,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
-from ..checks import check_id, check_limit, check_text
+from ..checks import check_id, check_limit, check_text, is_blank
+from ..credentials import redact_credentials, redact_json, redact_json_text
 from ..errors import NotFoundError, ValidationError
 from ..models import Message, Role, Session
 from ..store import threads as sql
-from ..store.database import Pool
+from ..store.database import Conn, Pool
 
 __all__ = ["PART_TYPES", "ThreadStore"]
 
@@ -27,12 +35,15 @@ PAGE_CAP = 1_000
 
 
 def _check_title(title: object) -> str | None:
+    """Trimmed, at most 200 characters, credentials redacted; blank is no title."""
     if title is None:
         return None
     text = check_text("title", title).strip()
     if len(text) > TITLE_CAP:
         raise ValidationError("title", f"must be at most {TITLE_CAP} characters")
-    return text or None
+    if is_blank(text):
+        return None
+    return redact_credentials(text)[0]
 
 
 def _check_json_object(field: str, value: object) -> dict[str, Any]:
@@ -57,6 +68,26 @@ def _check_parts(parts: Sequence[object]) -> list[dict[str, Any]]:
     return checked
 
 
+def _screen_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A part with every credential redacted: its strings, and tool-call arguments
+    (raw JSON text) as JSON, so an escaped value is found and the text stays JSON.
+
+    An attachment's bytes (``data``, or a ``data:`` URL) are base64, not text: they
+    are kept as they are (a redaction would corrupt the file, and a match in
+    random base64 would be noise).
+    """
+    arguments = part.get("arguments")
+    payload: dict[str, Any] = {}
+    if part.get("type") == "attachment":
+        payload = {k: part[k] for k in ("data", "url") if isinstance(part.get(k), str)}
+        if not payload.get("url", "data:").startswith("data:"):
+            del payload["url"]
+    screened: dict[str, Any] = redact_json({k: v for k, v in part.items() if k not in payload})
+    if part.get("type") == "tool_call" and isinstance(arguments, str):
+        screened["arguments"] = redact_json_text(arguments)
+    return {**screened, **payload}
+
+
 class ThreadStore:
     """Create, list, read (paged), rename and delete sessions; append and page messages."""
 
@@ -75,7 +106,7 @@ class ThreadStore:
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id or uuid.uuid4().hex)
         title = _check_title(title)
-        meta = _check_json_object("metadata", metadata or {})
+        meta = redact_json(_check_json_object("metadata", metadata or {}))
         async with self._pool.connection() as conn:
             created = await sql.create_session(conn, resource_id, session_id, title, meta)
         if created is None:
@@ -137,10 +168,23 @@ class ThreadStore:
         *,
         parts: Sequence[dict[str, Any]] = (),
         create_session: bool = False,
+        turn_id: int | None = None,
+        turn: Literal["start", "complete"] | None = None,
+        conn: Conn | None = None,
     ) -> Message:
-        """Append one message to the session's history.
+        """Append one message to the session's history, its credentials redacted.
 
-        The session must exist (``NotFoundError``) unless ``create_session``,
+        Chat turns (``Agent.run_turn``): ``turn="start"`` stores the message as
+        the first of a new running turn (creating the session; a turn of the
+        session still running is marked interrupted), all in one statement, and
+        the message's ``turn_id`` names the turn; ``turn_id`` alone adds the
+        message to that turn; ``turn="complete"`` with ``turn_id`` stores the
+        turn's final message and marks the turn completed, in one statement.
+        ``conn`` writes on the caller's connection, inside its transaction (the
+        agent stores the final message and the episode together).
+
+        A user message needs visible text or a part (``ValidationError`` on
+        ``content`` otherwise). The session must exist (``NotFoundError``) unless ``create_session``,
         which creates it in the same statement (a turn may start a chat by
         naming it).
         """
@@ -152,13 +196,64 @@ class ThreadStore:
         if len(content) > MESSAGE_CAP:
             raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
         checked = _check_parts(parts)
-        async with self._pool.connection() as conn:
-            message = await sql.append_message(
-                conn, resource_id, session_id, role, content, checked, ensure_session=create_session
+        if role == "user" and not checked and is_blank(content):
+            raise ValidationError(
+                "content", "must not be empty (nor only whitespace or invisible characters)"
             )
+        content = redact_credentials(content)[0]
+        checked = [_screen_part(part) for part in checked]
+        if turn == "complete" and turn_id is None:
+            raise ValidationError("turn_id", "must name the turn to complete")
+        message = await self._write(
+            conn, resource_id, session_id, role, content, checked, create_session, turn_id, turn
+        )
         if message is None:
-            raise NotFoundError(f"no session {session_id!r} in this resource")
+            raise NotFoundError(f"no session {session_id!r} (or no such turn) in this resource")
         return message
+
+    async def _write(
+        self,
+        conn: Conn | None,
+        resource_id: str,
+        session_id: str,
+        role: Role,
+        content: str,
+        parts: list[dict[str, Any]],
+        create_session: bool,
+        turn_id: int | None,
+        turn: Literal["start", "complete"] | None,
+    ) -> Message | None:
+        """The checked message's one statement, on ``conn`` or a pooled connection."""
+        if conn is None:
+            async with self._pool.connection() as own:
+                return await self._write(
+                    own,
+                    resource_id,
+                    session_id,
+                    role,
+                    content,
+                    parts,
+                    create_session,
+                    turn_id,
+                    turn,
+                )
+        if turn == "start":
+            return await sql.start_turn(conn, resource_id, session_id, role, content, parts)
+        if turn == "complete":
+            assert turn_id is not None
+            return await sql.complete_turn(
+                conn, resource_id, session_id, turn_id, role, content, parts
+            )
+        return await sql.append_message(
+            conn,
+            resource_id,
+            session_id,
+            role,
+            content,
+            parts,
+            ensure_session=create_session,
+            turn_id=turn_id,
+        )
 
     async def list_messages(
         self, resource_id: str, session_id: str, *, after_id: int | None = None, limit: int = 100
