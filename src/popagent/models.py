@@ -6,6 +6,7 @@ SQL columns, the dataclass fields, the JSON keys and the CLI flags.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -29,6 +30,9 @@ __all__ = [
     "Role",
     "ScoreComponent",
     "Session",
+    "TurnStatus",
+    "turn_marker",
+    "unfinished_turn_ends",
 ]
 
 Kind = Literal["fact", "episode"]
@@ -36,6 +40,10 @@ Role = Literal["system", "user", "assistant", "tool"]
 RememberAction = Literal["created", "updated", "unchanged"]
 #: How a model or tool call ended: ``refused`` is a tool declining its input.
 Outcome = Literal["ok", "error", "refused"]
+#: Where a chat turn stands: ``running`` until it ends; ``completed`` with its final
+#: message and episode; ``failed`` when it raised (the model failed, the tool
+#: limit); ``interrupted`` when it was cancelled or its process died.
+TurnStatus = Literal["running", "completed", "failed", "interrupted"]
 AuditHookName = Literal[
     "before_model_call", "after_model_call", "before_tool_call", "after_tool_call"
 ]
@@ -218,6 +226,12 @@ class Message:
     ``parts`` holds the structured parts as JSON objects, each with a ``type``:
     ``tool_call`` (``id``, ``name``, ``arguments``), ``tool_result``
     (``tool_call_id``, ``name``) or ``attachment`` (``name``, ``media_type``, ...).
+
+    ``turn_id`` names the chat turn that wrote the message (``None`` for a
+    message written outside a turn); ``turn_status`` is that turn's status when
+    the message was read, where a turn left ``running`` longer than any turn
+    can take reads ``interrupted``. A turn that is not ``completed`` has no
+    final answer and no episode.
     """
 
     id: int
@@ -227,6 +241,8 @@ class Message:
     content: str
     parts: tuple[dict[str, Any], ...]
     created_at: datetime
+    turn_id: int | None = None
+    turn_status: TurnStatus | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -237,6 +253,8 @@ class Message:
             "content": self.content,
             "parts": list(self.parts),
             "created_at": self.created_at.isoformat(),
+            "turn_id": self.turn_id,
+            "turn_status": self.turn_status,
         }
 
 
@@ -329,3 +347,31 @@ class ObservationGroup:
     observation_tokens: int
     message_tokens: int
     created_at: datetime
+
+
+def unfinished_turn_ends(messages: Sequence[Message], *, last_page: bool) -> dict[int, TurnStatus]:
+    """Where a reader marks the turns of ``messages`` (oldest first) that are not
+    completed: the id of each such turn's last message here, with its status.
+
+    The turn of the last message is marked only when ``last_page`` (its later
+    messages may be on the next page).
+    """
+    ends: dict[int, TurnStatus] = {}
+    for i, message in enumerate(messages):
+        status = message.turn_status
+        if message.turn_id is None or status is None or status == "completed":
+            continue
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        if following is None and not last_page:
+            continue
+        if following is None or following.turn_id != message.turn_id:
+            ends[message.id] = status
+    return ends
+
+
+def turn_marker(turn_id: int, status: TurnStatus) -> str:
+    """The line a reader shows after the last message of a turn that is not completed."""
+    if status == "running":
+        return f"turn {turn_id} is still running"
+    what = "was interrupted" if status == "interrupted" else "failed"
+    return f"turn {turn_id} {what} before its reply: no reply and no episode were stored"

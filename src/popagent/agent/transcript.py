@@ -12,17 +12,21 @@ Invariants:
   each result as a ``tool`` message with one ``tool_result`` part naming the
   call it answers and its outcome, so the history step can rebuild the
   conversation exactly.
+- The user message starts the turn (``turn_id``, a ``running`` row in
+  ``popagent_turns``) in the same statement; every later message carries the
+  turn's id, and the final answer is written by ``add_final`` on the caller's
+  connection, marking the turn completed in the same statement.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from ..llm.protocol import ChatMessage, ToolCall
 from ..models import Message, Outcome, Role
 from ..store import threads as thread_sql
-from ..store.database import Pool
+from ..store.database import Conn, Pool
 from ..threads import ThreadStore
 from .scrubber import SecretScrubber
 
@@ -47,6 +51,8 @@ class Transcript:
         self._scrubber = scrubber
         self._written: list[Message] = []
         self._scrubbed_at = scrubber.version
+        #: The turn's id, once ``add_user`` has started it.
+        self.turn_id: int | None = None
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -54,15 +60,21 @@ class Transcript:
         return tuple(self._written)
 
     async def add_user(self, text: str) -> Message:
-        """The turn's user message; creates the session if it is new."""
-        return await self._append("user", text, [], create_session=True)
+        """The turn's user message; creates the session if it is new and starts the turn."""
+        stored = await self._append("user", text, [], turn="start")
+        self.turn_id = stored.turn_id
+        return stored
+
+    async def add_final(self, message: ChatMessage, conn: Conn) -> Message:
+        """The turn's final answer, on ``conn`` (the caller's transaction); the same
+        statement marks the turn completed."""
+        parts = _call_parts(message)
+        return await self._append(
+            "assistant", message.content or "", parts, turn="complete", conn=conn
+        )
 
     async def add_assistant(self, message: ChatMessage) -> Message:
-        parts = [
-            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-            for call in message.tool_calls
-        ]
-        return await self._append("assistant", message.content or "", parts)
+        return await self._append("assistant", message.content or "", _call_parts(message))
 
     async def add_tool_result(self, call: ToolCall, text: str, outcome: Outcome) -> Message:
         part = {"type": "tool_result", "tool_call_id": call.id, "name": call.name}
@@ -91,7 +103,8 @@ class Transcript:
         content: str,
         parts: list[dict[str, Any]],
         *,
-        create_session: bool = False,
+        turn: Literal["start", "complete"] | None = None,
+        conn: Conn | None = None,
     ) -> Message:
         stored = await self._threads.append_message(
             self.resource_id,
@@ -99,7 +112,9 @@ class Transcript:
             role,
             self._scrubber.scrub(content),
             parts=self._scrub_parts(parts),
-            create_session=create_session,
+            turn_id=self.turn_id,
+            turn=turn,
+            conn=conn,
         )
         self._written.append(stored)
         return stored
@@ -113,3 +128,10 @@ class Transcript:
                 clean["arguments"] = self._scrubber.scrub_json_text(arguments)
             scrubbed.append(clean)
         return scrubbed
+
+
+def _call_parts(message: ChatMessage) -> list[dict[str, Any]]:
+    return [
+        {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        for call in message.tool_calls
+    ]

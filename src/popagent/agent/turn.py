@@ -3,10 +3,12 @@
 The steps, each its own small piece so a later issue can swap one out::
 
     validate → load known secret values
-    → history step (``HistorySource``) → store the user message (creating the session)
-      and, beside them on another connection, recall (this resource only)
+    → history step (``HistorySource``) → store the user message (creating the session
+      and starting the turn) and, beside them on another connection, recall (this
+      resource only)
     → render → assemble the prompt → model ⇄ tools (bounded), storing every assistant
-      and tool message → store the final answer and, beside it, one episode
+      and tool message → in one transaction, the final answer, the episode and the
+      turn's end as completed
 
 Invariants:
 - Recall, tools and writes act on the ``resource_id`` and ``session_id`` the
@@ -27,25 +29,37 @@ Invariants:
   assistant text stores exactly one episode.
 - Turns of one session are expected to run one at a time (the chat UI's own
   rhythm); concurrent turns of one session would interleave their messages.
+- Every turn that stored its user message has a row in ``popagent_turns`` and
+  each of its messages carries its ``turn_id``. It ends ``completed`` only in
+  the transaction that stores the final answer and the episode, so a process
+  killed at any point leaves the three together or none of them; ``failed``
+  when the turn raises (``TurnFailedError`` and any other error);
+  ``interrupted`` when it is cancelled. A turn whose process died stays
+  ``running`` until the session's next turn marks it ``interrupted``; readers
+  show a turn still ``running`` after ``STALE_TURN_AFTER`` as interrupted, and
+  the turn itself stops at ``MAX_TURN_DURATION``. The messages of an
+  unfinished turn stay in the history the model sees: the user did say them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..checks import check_id, check_limit, check_text, check_time
+from ..checks import check_id, check_limit, check_text, check_time, is_blank
 from ..errors import TurnFailedError, ValidationError
 from ..llm.protocol import ChatMessage, ChatModel, Completion, ModelError, TextCallback, ToolSpec
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
 from ..memory.validation import QUERY_CAP
-from ..models import Memory, Outcome, RecallResult
+from ..models import Memory, Outcome, RecallResult, TurnStatus
 from ..secrets import SecretStore
+from ..store import threads as thread_sql
 from ..threads import ThreadStore
 from ..threads.service import MESSAGE_CAP
 from .audit import AuditHook
@@ -62,6 +76,11 @@ from .transcript import Transcript
 __all__ = ["MAX_TOOL_ROUNDS_CAP", "Agent", "ToolCallRecord", "TurnResult", "TurnTimings"]
 
 MAX_TOOL_ROUNDS_CAP = 64
+#: How long marking an unfinished turn may take: it runs while the turn is
+#: failing or being cancelled, and must not hold that up when the database is away.
+END_TURN_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +137,7 @@ class _Tally:
 
 def _check_user_text(value: object) -> str:
     text = check_text("user_text", value)
-    if not text.strip():
+    if is_blank(text):
         raise ValidationError("user_text", "must not be empty")
     if len(text) > MESSAGE_CAP:
         raise ValidationError("user_text", f"must be at most {MESSAGE_CAP} characters")
@@ -209,39 +228,26 @@ class Agent:
             history = await self.history.load(
                 HistoryRequest(resource_id, session_id, None, self.memory.pool)
             )
-            await transcript.add_user(user_text)
-        except BaseException:
+            await transcript.add_user(user_text)  # starts the turn
+            recalled, recall_ms = await recall
+            memory_block = render(recalled)
+            reply, episode, tally = await self._finish_turn(
+                transcript,
+                scrubber,
+                user_text,
+                history,
+                memory_block,
+                on_text,
+                now,
+                deadline=began + thread_sql.MAX_TURN_DURATION.total_seconds(),
+            )
+        except BaseException as exc:
             recall.cancel()
             with contextlib.suppress(BaseException):
                 await recall
+            cancelled = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+            await self._end_turn(transcript, "interrupted" if cancelled else "failed")
             raise
-        recalled, recall_ms = await recall
-        memory_block = render(recalled)
-
-        messages = assemble_prompt(memory_block, history, user_text)
-        ctx = ToolContext(resource_id, session_id, self.memory, self.secrets, scrubber)
-        tally = _Tally()
-        try:
-            final = await self._converse(ctx, transcript, messages, on_text, tally)
-        except BaseException:
-            await self.hooks.drain()
-            raise
-        finally:
-            await transcript.rescrub()
-        reply = final.content or ""
-        # The final answer, the episode and the hooks' background writes (audit
-        # rows) are independent: made together, all done before the turn returns.
-        _stored, episode, _drained = await asyncio.gather(
-            transcript.add_assistant(final),
-            self.memory.retain_episode(
-                resource_id,
-                session_id,
-                scrubber.scrub(user_text),
-                scrubber.scrub(reply),
-                created_at=now,
-            ),
-            self.hooks.drain(),
-        )
         total_ms = (time.perf_counter() - began) * 1000
         return TurnResult(
             session_id=session_id,
@@ -268,6 +274,78 @@ class Agent:
         )
 
     # --- steps ----------------------------------------------------------------------------
+
+    async def _finish_turn(
+        self,
+        transcript: Transcript,
+        scrubber: SecretScrubber,
+        user_text: str,
+        history: list[ChatMessage],
+        memory_block: str,
+        on_text: TextCallback | None,
+        now: datetime | None,
+        *,
+        deadline: float,
+    ) -> tuple[str, Memory | None, _Tally]:
+        """Everything after the user message: model ⇄ tools (until ``deadline``, a
+        ``time.perf_counter()`` value), then the final answer, the episode and the
+        turn's completion in one transaction."""
+        messages = assemble_prompt(memory_block, history, user_text)
+        resource_id, session_id = transcript.resource_id, transcript.session_id
+        ctx = ToolContext(resource_id, session_id, self.memory, self.secrets, scrubber)
+        tally = _Tally()
+        limit = asyncio.timeout(deadline - time.perf_counter())
+        try:
+            async with limit:
+                final = await self._converse(ctx, transcript, messages, on_text, tally)
+        except BaseException as exc:
+            await self.hooks.drain()
+            if isinstance(exc, TimeoutError) and limit.expired():
+                raise TurnFailedError(
+                    f"the turn took longer than {thread_sql.MAX_TURN_DURATION} and was stopped"
+                ) from exc
+            raise
+        finally:
+            await transcript.rescrub()
+        reply = final.content or ""
+        draft = await self.memory.draft_episode(
+            resource_id,
+            session_id,
+            scrubber.scrub(user_text),
+            scrubber.scrub(reply),
+            created_at=now,
+        )
+
+        async def store() -> Memory | None:
+            async with self.memory.pool.connection() as conn, conn.transaction():
+                await transcript.add_final(final, conn)
+                return await self.memory.write_episode(conn, draft) if draft else None
+
+        # The hooks' background writes (audit rows) are independent of the turn's
+        # own: made beside them, all done before the turn returns.
+        episode, _drained = await asyncio.gather(store(), self.hooks.drain())
+        return reply, episode, tally
+
+    async def _end_turn(self, transcript: Transcript, status: TurnStatus) -> None:
+        """Mark the turn failed or interrupted, if it started; never raises.
+
+        Best effort, bounded in time: when the database is away the turn stays
+        ``running`` and reads as interrupted after the next turn or by its age.
+        """
+        if transcript.turn_id is None:
+            return
+        try:
+            async with (
+                asyncio.timeout(END_TURN_TIMEOUT_S),
+                self.memory.pool.connection() as conn,
+            ):
+                await thread_sql.end_turn(
+                    conn, transcript.resource_id, transcript.session_id, transcript.turn_id, status
+                )
+        except Exception as exc:
+            log.warning(
+                "could not mark turn %s %s: %s", transcript.turn_id, status, type(exc).__name__
+            )
 
     async def _known_secrets(self, resource_id: str) -> SecretScrubber:
         """The resource's live secret values, to scrub with (one query, only with a store)."""

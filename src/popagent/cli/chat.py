@@ -35,8 +35,8 @@ from ..observe import ObservationalMemory
 from ..secrets import SecretCipher, SecretKeyError, SecretStore
 from ..threads import ThreadStore
 from ..threads.service import PAGE_CAP
-from .common import Settings, exit_codes, memory_line, message_lines, secret_cipher, session_line
-from .sessions import first_user_messages
+from .common import Settings, exit_codes, memory_line, secret_cipher, session_line
+from .sessions import first_user_messages, history_lines
 
 __all__ = ["NO_MODEL_HELP", "chat_command"]
 
@@ -316,9 +316,8 @@ class _Chat:
         )
         if not messages:
             click.echo("No messages in this session yet.")
-        for message in messages:
-            for line in message_lines(message):
-                click.echo(line)
+        for line in history_lines(messages, last_page=True):
+            click.echo(line)
 
     def _show_observations(self) -> None:
         engine = ObservationalMemory(self.agent.memory.pool, self.agent.model)

@@ -2,6 +2,8 @@
 
 Deleting a session deletes its messages and thread-scoped state; long-term
 memories (facts and episodes) are kept, and only ``popagent cleanup`` removes them.
+A chat turn that ended without its reply is marked by a ``[turn N ...]`` line
+after its last message (``history_lines``).
 """
 
 from __future__ import annotations
@@ -10,11 +12,24 @@ from collections.abc import Sequence
 
 import click
 
-from ..models import Message, Session
+from ..models import Message, Session, turn_marker, unfinished_turn_ends
 from ..threads import ThreadStore
 from .common import emit_json, message_lines, run, session_line, when
 
-__all__ = ["first_user_messages", "sessions_group"]
+__all__ = ["first_user_messages", "history_lines", "sessions_group"]
+
+
+def history_lines(messages: Sequence[Message], *, last_page: bool) -> list[str]:
+    """Stored messages as shown, each turn that is not completed marked after its
+    last message (a turn left mid-way by a crash, a failure or Ctrl-C)."""
+    ends = unfinished_turn_ends(messages, last_page=last_page)
+    lines: list[str] = []
+    for message in messages:
+        lines.extend(message_lines(message))
+        status = ends.get(message.id)
+        if status is not None and message.turn_id is not None:
+            lines.append(f"    [{turn_marker(message.turn_id, status)}]")
+    return lines
 
 
 async def first_user_messages(
@@ -62,7 +77,12 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
 @sessions_group.command("show")
 @click.argument("session_id")
 @click.option("--limit", type=int, default=50, show_default=True, help="Messages per page.")
-@click.option("--after-id", type=int, help="Start after this message (the next page).")
+@click.option(
+    "--after-id",
+    # The API's bounds: a message id is a positive bigint, 0 means "from the start".
+    type=click.IntRange(0, 2**63 - 1),
+    help="Start after this message (the next page).",
+)
 @click.option("--json", "as_json", is_flag=True, help="The session and the page as JSON.")
 @click.pass_context
 def sessions_show(
@@ -95,9 +115,8 @@ def sessions_show(
     )
     if not page:
         click.echo("No messages." if after_id is None else "No more messages.")
-    for message in page:
-        for line in message_lines(message):
-            click.echo(line)
+    for line in history_lines(page, last_page=next_after_id is None):
+        click.echo(line)
     if next_after_id is not None:
         click.echo(f"More: popagent sessions show {session_id} --after-id {next_after_id}")
 

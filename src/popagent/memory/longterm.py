@@ -23,7 +23,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -61,6 +61,7 @@ __all__ = [
     "EPISODE_CAP_PER_RESOURCE",
     "EPISODE_IMPORTANCE",
     "EPISODE_MAX_AGE",
+    "EpisodeDraft",
     "LongTermMemory",
     "RecallMode",
     "candidate_idfs",
@@ -111,6 +112,18 @@ def _check_offset(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationError("offset", "must be an integer >= 0")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeDraft:
+    """A turn's episode ready to write: checked, built (capped, redacted) and embedded
+    (``vectors`` ``None`` without an embedder or when embedding failed)."""
+
+    resource_id: str
+    session_id: str
+    content: str
+    created_at: datetime | None
+    vectors: list[list[Vectors]] | None
 
 
 class LongTermMemory:
@@ -185,22 +198,51 @@ class LongTermMemory:
             return None
         content, _redacted = built
         vectors = await self._vectors([content])
+        draft = EpisodeDraft(resource_id, session_id, content, created_at, vectors)
         # One transaction only when there are vectors to write with the episode.
         async with (
             self._pool.connection() as conn,
             conn.transaction() if vectors else nullcontext(),
         ):
-            memory, inserted = await store.insert_episode(
-                conn,
-                resource_id=resource_id,
-                session_id=session_id,
-                content=content,
-                sha=sha256_hex(content),
-                importance=EPISODE_IMPORTANCE,
-                created_at=created_at,
-            )
-            if inserted and vectors:
-                await self._write_vectors(conn, memory, vectors[0])
+            return await self.write_episode(conn, draft)
+
+    async def draft_episode(
+        self,
+        resource_id: str,
+        session_id: str,
+        user_text: str,
+        assistant_text: str,
+        *,
+        created_at: datetime | None = None,
+    ) -> EpisodeDraft | None:
+        """``retain_episode`` up to the write: checked, built, redacted and embedded;
+        ``None`` when either text is empty. Write it with ``write_episode``."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        created_at = check_time("created_at", created_at)
+        built = episode_content(user_text, assistant_text)
+        if built is None:
+            return None
+        content = built[0]
+        return EpisodeDraft(
+            resource_id, session_id, content, created_at, await self._vectors([content])
+        )
+
+    async def write_episode(self, conn: Conn, draft: EpisodeDraft) -> Memory:
+        """Write a drafted episode (and its vectors) on ``conn``, inside the caller's
+        transaction when it holds one: a chat turn stores its final message, its end
+        and its episode together, so a crash leaves all of them or none."""
+        memory, inserted = await store.insert_episode(
+            conn,
+            resource_id=draft.resource_id,
+            session_id=draft.session_id,
+            content=draft.content,
+            sha=sha256_hex(draft.content),
+            importance=EPISODE_IMPORTANCE,
+            created_at=draft.created_at,
+        )
+        if inserted and draft.vectors:
+            await self._write_vectors(conn, memory, draft.vectors[0])
         return memory
 
     async def retain_episodes(self, resource_id: str, turns: Sequence[EpisodeTurn]) -> int:

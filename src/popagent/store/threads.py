@@ -1,24 +1,38 @@
-"""SQL over ``popagent_sessions`` and ``popagent_messages`` (thread memory).
+"""SQL over ``popagent_sessions``, ``popagent_messages`` and ``popagent_turns`` (thread memory).
 
 Invariants: functions take the caller's connection and never open a
 transaction; every statement filters on ``resource_id`` first; nothing here
 reads or writes ``popagent_memories``.
+
+Turns: a chat turn's user message and its ``running`` turn row are written by
+one statement (``start_turn``), which also marks any earlier turn of the
+session still ``running`` as ``interrupted`` (turns of one session run one at
+a time, so such a turn is one whose process died). ``complete_turn`` writes
+the final assistant message and marks the turn ``completed`` in one statement,
+meant to run in the caller's transaction beside the episode. Messages read
+back carry their turn's status as a reader should see it: a turn still
+``running`` after ``STALE_TURN_AFTER`` reads ``interrupted``.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ..models import Message, Session
+from ..models import Message, Session, TurnStatus
 from .database import Conn
 
 __all__ = [
+    "MAX_TURN_DURATION",
+    "STALE_TURN_AFTER",
     "append_message",
+    "complete_turn",
     "create_session",
     "delete_session",
+    "end_turn",
     "ensure_session",
     "get_session",
     "list_messages",
@@ -26,10 +40,28 @@ __all__ = [
     "recent_messages",
     "rename_session",
     "rewrite_messages",
+    "start_turn",
 ]
 
+#: The longest a turn may run: ``Agent.run_turn`` stops its model and tool calls
+#: when it is reached (``TurnFailedError``). With the default model settings a
+#: model call that times out on every attempt takes about 4.5 minutes (4
+#: attempts of 60 s plus backoff), so 8 tool rounds fit in about 36 minutes.
+MAX_TURN_DURATION = timedelta(hours=1)
+#: A turn still ``running`` this long after its start reads as ``interrupted``:
+#: no live turn can be that old (the margin covers the final write and clock steps).
+STALE_TURN_AFTER = MAX_TURN_DURATION + timedelta(minutes=5)
+
 SESSION_COLUMNS = "resource_id, session_id, title, metadata, created_at, updated_at"
-MESSAGE_COLUMNS = "id, resource_id, session_id, role, content, parts, created_at"
+MESSAGE_COLUMNS = "id, resource_id, session_id, turn_id, role, content, parts, created_at"
+# The same, qualified, with the turn's status as readers see it (see the module doc).
+MESSAGE_READ_COLUMNS = """m.id, m.resource_id, m.session_id, m.turn_id, m.role, m.content,
+    m.parts, m.created_at,
+    CASE WHEN t.status = 'running' AND t.started_at < now() - %(stale_after)s::interval
+         THEN 'interrupted' ELSE t.status END AS turn_status"""
+MESSAGE_TURN_JOIN = """popagent_messages m
+    LEFT JOIN popagent_turns t
+      ON t.resource_id = m.resource_id AND t.session_id = m.session_id AND t.turn_id = m.turn_id"""
 
 INSERT_SESSION = f"""
 INSERT INTO popagent_sessions (resource_id, session_id, title, metadata)
@@ -71,8 +103,8 @@ WITH touched AS (
     UPDATE popagent_sessions SET updated_at = now()
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
 )
-INSERT INTO popagent_messages (resource_id, session_id, role, content, parts)
-VALUES (%(resource_id)s, %(session_id)s, %(role)s, %(content)s, %(parts)s)
+INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+VALUES (%(resource_id)s, %(session_id)s, %(turn_id)s, %(role)s, %(content)s, %(parts)s)
 RETURNING {MESSAGE_COLUMNS}
 """
 
@@ -86,26 +118,78 @@ WITH session AS (
     ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
     RETURNING resource_id, session_id
 )
-INSERT INTO popagent_messages (resource_id, session_id, role, content, parts)
-SELECT session.resource_id, session.session_id, %(role)s, %(content)s, %(parts)s
+INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+SELECT session.resource_id, session.session_id, %(turn_id)s, %(role)s, %(content)s, %(parts)s
 FROM session
 RETURNING {MESSAGE_COLUMNS}
 """
 
-LIST_MESSAGES = f"""
-SELECT {MESSAGE_COLUMNS} FROM popagent_messages
+# A turn's first write: the session (created when missing), the end of any turn
+# of the session still running (it can only be a dead one), the new running
+# turn and its user message, in one statement. Data-modifying CTEs all see the
+# snapshot from before the statement, so the UPDATE never touches the new turn;
+# the foreign keys are checked at the end of the statement, when the rows are there.
+START_TURN = f"""
+WITH session AS (
+    INSERT INTO popagent_sessions (resource_id, session_id)
+    VALUES (%(resource_id)s, %(session_id)s)
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+    RETURNING resource_id, session_id
+), interrupted AS (
+    UPDATE popagent_turns SET status = 'interrupted', ended_at = clock_timestamp()
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND status = 'running'
+), turn AS (
+    INSERT INTO popagent_turns (resource_id, session_id)
+    SELECT resource_id, session_id FROM session
+    RETURNING resource_id, session_id, turn_id
+)
+INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+SELECT turn.resource_id, turn.session_id, turn.turn_id, %(role)s, %(content)s, %(parts)s
+FROM turn
+RETURNING {MESSAGE_COLUMNS}
+"""
+
+# A turn's last write: its final message and its end as completed, in one
+# statement (no row when the turn, or its session, is gone). A turn that a later
+# one marked interrupted while it was still alive (two turns of one session at
+# once) is completed all the same: it did finish.
+COMPLETE_TURN = f"""
+WITH turn AS (
+    UPDATE popagent_turns SET status = 'completed', ended_at = clock_timestamp()
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+      AND turn_id = %(turn_id)s AND status <> 'completed'
+    RETURNING resource_id, session_id, turn_id
+), touched AS (
+    UPDATE popagent_sessions SET updated_at = now()
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+)
+INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+SELECT turn.resource_id, turn.session_id, turn.turn_id, %(role)s, %(content)s, %(parts)s
+FROM turn
+RETURNING {MESSAGE_COLUMNS}
+"""
+
+# A turn that ended without its final message: failed or interrupted.
+END_TURN = """
+UPDATE popagent_turns SET status = %(status)s, ended_at = clock_timestamp()
 WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-  AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s)
-ORDER BY id
+  AND turn_id = %(turn_id)s AND status <> 'completed'
+"""
+
+LIST_MESSAGES = f"""
+SELECT {MESSAGE_READ_COLUMNS} FROM {MESSAGE_TURN_JOIN}
+WHERE m.resource_id = %(resource_id)s AND m.session_id = %(session_id)s
+  AND (%(after_id)s::bigint IS NULL OR m.id > %(after_id)s)
+ORDER BY m.id
 LIMIT %(limit)s
 """
 
 RECENT_MESSAGES = f"""
 SELECT * FROM (
-    SELECT {MESSAGE_COLUMNS} FROM popagent_messages
-    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-      AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
-    ORDER BY id DESC
+    SELECT {MESSAGE_READ_COLUMNS} FROM {MESSAGE_TURN_JOIN}
+    WHERE m.resource_id = %(resource_id)s AND m.session_id = %(session_id)s
+      AND (%(before_id)s::bigint IS NULL OR m.id < %(before_id)s)
+    ORDER BY m.id DESC
     LIMIT %(limit)s
 ) recent ORDER BY id
 """
@@ -123,7 +207,9 @@ def row_to_session(row: dict[str, Any]) -> Session:
     return Session(**row)
 
 
-def row_to_message(row: dict[str, Any]) -> Message:
+def row_to_message(row: dict[str, Any], turn_status: TurnStatus | None = None) -> Message:
+    """A message row; ``turn_status`` stands in when the row has none (a write's RETURNING)."""
+    turn_id = row.get("turn_id")
     return Message(
         id=row["id"],
         resource_id=row["resource_id"],
@@ -132,6 +218,8 @@ def row_to_message(row: dict[str, Any]) -> Message:
         content=row["content"],
         parts=tuple(row["parts"]),
         created_at=row["created_at"],
+        turn_id=turn_id,
+        turn_status=row.get("turn_status") or (turn_status if turn_id is not None else None),
     )
 
 
@@ -201,10 +289,13 @@ async def append_message(
     parts: list[dict[str, Any]],
     *,
     ensure_session: bool = False,
+    turn_id: int | None = None,
 ) -> Message | None:
-    """Append a message; ``None`` when the session does not exist (the foreign key says so).
+    """Append a message; ``None`` when the session (or the turn ``turn_id``) does not
+    exist (the foreign key says so).
 
     With ``ensure_session`` a missing session is created by the same statement.
+    ``turn_id`` names the running turn the message belongs to.
     """
     try:
         cur = await conn.execute(
@@ -212,6 +303,7 @@ async def append_message(
             {
                 "resource_id": resource_id,
                 "session_id": session_id,
+                "turn_id": turn_id,
                 "role": role,
                 "content": content,
                 "parts": Jsonb(parts),
@@ -221,7 +313,77 @@ async def append_message(
     except psycopg.errors.ForeignKeyViolation:
         return None
     assert row is not None
-    return row_to_message(row)
+    return row_to_message(row, "running")
+
+
+async def start_turn(
+    conn: Conn,
+    resource_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    parts: list[dict[str, Any]],
+) -> Message:
+    """Start a turn with its first message, creating the session when missing (one
+    statement; see ``START_TURN``). The message's ``turn_id`` names the new turn."""
+    cur = await conn.execute(
+        START_TURN,
+        {
+            "resource_id": resource_id,
+            "session_id": session_id,
+            "role": role,
+            "content": content,
+            "parts": Jsonb(parts),
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return row_to_message(row, "running")
+
+
+async def complete_turn(
+    conn: Conn,
+    resource_id: str,
+    session_id: str,
+    turn_id: int,
+    role: str,
+    content: str,
+    parts: list[dict[str, Any]],
+) -> Message | None:
+    """Store the turn's final message and mark it completed (one statement); ``None``
+    when the turn is gone (its session was deleted) or already completed."""
+    cur = await conn.execute(
+        COMPLETE_TURN,
+        {
+            "resource_id": resource_id,
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "role": role,
+            "content": content,
+            "parts": Jsonb(parts),
+        },
+    )
+    row = await cur.fetchone()
+    return row_to_message(row, "completed") if row else None
+
+
+async def end_turn(
+    conn: Conn, resource_id: str, session_id: str, turn_id: int, status: TurnStatus
+) -> bool:
+    """Mark a turn that ended without its final message (``failed``, ``interrupted``);
+    a completed turn stays completed. ``False`` when no turn was changed."""
+    if status not in ("failed", "interrupted"):
+        raise ValueError(f"a turn ends failed or interrupted, not {status!r}")
+    cur = await conn.execute(
+        END_TURN,
+        {
+            "resource_id": resource_id,
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "status": status,
+        },
+    )
+    return cur.rowcount > 0
 
 
 async def list_messages(
@@ -234,6 +396,7 @@ async def list_messages(
             "session_id": session_id,
             "after_id": after_id,
             "limit": limit,
+            "stale_after": STALE_TURN_AFTER,
         },
     )
     return [row_to_message(r) for r in await cur.fetchall()]
@@ -250,6 +413,7 @@ async def recent_messages(
             "session_id": session_id,
             "limit": limit,
             "before_id": before_id,
+            "stale_after": STALE_TURN_AFTER,
         },
     )
     return [row_to_message(r) for r in await cur.fetchall()]
