@@ -9,13 +9,15 @@ exits with 1.
 
 Layout: ``common`` (settings, the database, exit codes, output), ``memory``
 (remember, recall, facts, episodes, cleanup, maintain), ``chat``, ``sessions``,
-``secrets``, ``mcp`` (the memory as an MCP server).
+``secrets``, ``mcp`` (the memory as an MCP server), ``backup`` (backup and
+restore of the whole database, every resource).
 """
 
 from __future__ import annotations
 
 import click
 
+from .backup import backup_command, restore_command
 from .chat import chat_command
 from .common import DEFAULT_RESOURCE, Settings
 from .embed import embed_command
@@ -35,7 +37,11 @@ __all__ = ["main"]
     envvar="POPAGENT_DATABASE_URL",
     help="PostgreSQL URL; default: embedded server.",
 )
-@click.option("--data-dir", envvar="POPAGENT_DATA_DIR", help="Embedded server's data directory.")
+@click.option(
+    "--data-dir",
+    envvar="POPAGENT_DATA_DIR",
+    help="popagent's data folder; the embedded server's cluster lives in its pgdata/.",
+)
 @click.option(
     "--resource-id",
     envvar="POPAGENT_RESOURCE_ID",
@@ -66,6 +72,8 @@ for _command in (
     settings_group,
     mcp_command,
     serve_command,
+    backup_command,
+    restore_command,
 ):
     main.add_command(_command)
 del _command
