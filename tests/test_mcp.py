@@ -502,6 +502,7 @@ def test_cli_defaults_match_the_package_and_exports_are_pinned() -> None:
         "SESSION_PREFIX",
         "bind",
         "http_app",
+        "http_server",
         "memory_tools",
         "serve_http",
         "serve_stdio",

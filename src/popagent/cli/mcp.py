@@ -7,12 +7,17 @@ command itself; over streamable HTTP it serves ``http://HOST:PORT/mcp``, on
 (``POPAGENT_TOKEN`` or ``--token-file``): without one the command exits with 2
 before opening the database. Messages for a person go to stderr; on stdio,
 stdout carries only the protocol.
+
+SIGTERM is handled like Ctrl-C (exit 0): the server stops, then the database
+connection closes and an embedded PostgreSQL this command started is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
+from typing import Any
 
 import click
 
@@ -82,10 +87,59 @@ def mcp_command(
                 sock.close()
 
 
+class _Termination:
+    """SIGTERM handled like Ctrl-C: the serving task is cancelled once, so every
+    context it entered closes (the pool, and the embedded PostgreSQL it started).
+
+    Over HTTP, ``web`` is the uvicorn server: it is told to shut down gracefully
+    instead (uvicorn also sees the signal itself once it serves, and raises it
+    again when done). Disarmed once serving has ended: a cancellation then would
+    cut short the shutdown of the database.
+    """
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.armed = True
+        self.fired = False
+        self.web: Any = None
+
+    def __call__(self) -> None:
+        if not self.armed:
+            return
+        if self.web is not None:
+            self.web.should_exit = True
+        elif not self.fired:
+            self.fired = True
+            self.task.cancel()
+
+
 async def _serve(
     settings: Settings, resource_id: str, sock: socket.socket | None, token: str | None
 ) -> None:
-    from ..mcp import MCP_PATH, MemoryServer, serve_http, serve_stdio
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    termination = _Termination(task)
+    # Before the database is opened: a SIGTERM during start-up stops it as well.
+    loop.add_signal_handler(signal.SIGTERM, termination)
+    try:
+        await _serve_until_done(settings, resource_id, sock, token, termination)
+    except asyncio.CancelledError:
+        if not termination.fired:
+            raise
+        task.uncancel()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+async def _serve_until_done(
+    settings: Settings,
+    resource_id: str,
+    sock: socket.socket | None,
+    token: str | None,
+    termination: _Termination,
+) -> None:
+    from ..mcp import MCP_PATH, MemoryServer, http_server, serve_stdio
 
     # stdio serves one client; HTTP may serve several agents at once.
     pool_size = 4 if sock is None else 10
@@ -99,6 +153,7 @@ async def _serve(
         if sock is None:
             _note(f"serving resource {resource_id!r} over stdio")
             await serve_stdio(server)
+            termination.armed = False
             return
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -107,7 +162,10 @@ async def _serve(
             f"serving resource {resource_id!r} over streamable HTTP at "
             f"http://{shown}:{port}{MCP_PATH} ({auth})"
         )
-        await serve_http(server, sock, token=token)
+        web = http_server(server, sock, token=token)
+        termination.web = web
+        await web.serve(sockets=[sock])
+        termination.armed = False
 
 
 def _note(message: str) -> None:

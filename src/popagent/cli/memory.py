@@ -10,6 +10,10 @@ from .common import Settings, emit_json, memory_line, parse_when, print_memories
 
 __all__ = ["cleanup", "episodes", "facts", "maintain", "recall", "remember"]
 
+#: The bounds the API uses: ids are PostgreSQL bigints; offsets past ten million page nothing useful.
+ID_MAX = 2**63 - 1
+OFFSET_MAX = 10_000_000
+
 
 @click.command()
 @click.argument("content")
@@ -79,7 +83,7 @@ def facts() -> None:
 @click.option("--key")
 @click.option("--text", help="Case-insensitive substring.")
 @click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--offset", type=int, default=0)
+@click.option("--offset", type=click.IntRange(0, OFFSET_MAX), default=0)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def facts_list(
@@ -93,7 +97,7 @@ def facts_list(
 
 
 @facts.command("show")
-@click.argument("id", type=int)
+@click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def facts_show(ctx: click.Context, id: int) -> None:
     emit_json(run(ctx, lambda m, r: m.get_fact(r, id)).to_json())
@@ -111,7 +115,7 @@ def facts_add(ctx: click.Context, content: str, key: str | None, importance: flo
 
 
 @facts.command("edit")
-@click.argument("id", type=int)
+@click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.option("--content")
 @click.option("--key")
 @click.option("--clear-key", is_flag=True, help="Remove the fact's key.")
@@ -137,7 +141,7 @@ def facts_edit(
 
 
 @facts.command("delete")
-@click.argument("id", type=int)
+@click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def facts_delete(ctx: click.Context, id: int) -> None:
     run(ctx, lambda m, r: m.delete_fact(r, id))
@@ -153,7 +157,7 @@ def episodes() -> None:
 @click.option("--session-id")
 @click.option("--text", help="Case-insensitive substring.")
 @click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--offset", type=int, default=0)
+@click.option("--offset", type=click.IntRange(0, OFFSET_MAX), default=0)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def episodes_list(
@@ -174,7 +178,7 @@ def episodes_list(
 
 
 @episodes.command("delete")
-@click.argument("id", type=int)
+@click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def episodes_delete(ctx: click.Context, id: int) -> None:
     run(ctx, lambda m, r: m.delete_episode(r, id))

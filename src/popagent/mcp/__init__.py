@@ -15,7 +15,16 @@ HTTP). Imports point downward: this package uses ``agent``, ``memory`` and
 
 from .guidance import SERVER_INSTRUCTIONS
 from .server import SESSION_PREFIX, MemoryServer, memory_tools
-from .transport import DEFAULT_HOST, DEFAULT_PORT, MCP_PATH, bind, http_app, serve_http, serve_stdio
+from .transport import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MCP_PATH,
+    bind,
+    http_app,
+    http_server,
+    serve_http,
+    serve_stdio,
+)
 
 __all__ = [
     "DEFAULT_HOST",
@@ -26,6 +35,7 @@ __all__ = [
     "MemoryServer",
     "bind",
     "http_app",
+    "http_server",
     "memory_tools",
     "serve_http",
     "serve_stdio",

@@ -21,7 +21,9 @@ from ..llm.protocol import ToolSpec
 from ..memory.validation import QUERY_CAP
 from .shapes import (
     EPISODE_SUMMARY_SCHEMA,
+    ID_MAX,
     MEMORY_SCHEMA,
+    OFFSET_MAX,
     StructuredSlot,
     episode_summary_json,
     memory_json,
@@ -73,6 +75,7 @@ LIST_EPISODES_SPEC = ToolSpec(
             "offset": {
                 "type": "integer",
                 "minimum": 0,
+                "maximum": OFFSET_MAX,
                 "description": "How many of the newest episodes to skip (default 0).",
             },
         },
@@ -135,6 +138,7 @@ GET_EPISODE_SPEC = ToolSpec(
             "id": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": ID_MAX,
                 "description": "The episode's id.",
             }
         },

@@ -26,7 +26,9 @@ from ..models import Memory, RecallResult
 __all__ = [
     "EPISODE_PREVIEW_CHARS",
     "EPISODE_SUMMARY_SCHEMA",
+    "ID_MAX",
     "MEMORY_SCHEMA",
+    "OFFSET_MAX",
     "RECALL_RESULT_SCHEMA",
     "StructuredSlot",
     "episode_summary_json",
@@ -35,6 +37,12 @@ __all__ = [
     "preview",
     "recall_result_json",
 ]
+
+#: The largest id a tool accepts (PostgreSQL's bigint), so a larger one is refused
+#: naming the argument rather than failing in the database.
+ID_MAX = 2**63 - 1
+#: The largest offset a listing tool accepts (the HTTP API's bound).
+OFFSET_MAX = 10_000_000
 
 #: An episode in a list shows this much of its text; ``get_episode`` gives all of it.
 EPISODE_PREVIEW_CHARS = 300

@@ -31,7 +31,9 @@ from ..memory.validation import KEY_CAP, QUERY_CAP, normalize_key
 from ..models import Memory
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
+    ID_MAX,
     MEMORY_SCHEMA,
+    OFFSET_MAX,
     RECALL_RESULT_SCHEMA,
     StructuredSlot,
     memory_json,
@@ -224,6 +226,7 @@ LIST_FACTS_SPEC = ToolSpec(
             "offset": {
                 "type": "integer",
                 "minimum": 0,
+                "maximum": OFFSET_MAX,
                 "description": "How many of the newest facts to skip (default 0).",
             },
         },
@@ -290,6 +293,7 @@ FORGET_FACT_SPEC = ToolSpec(
             "id": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": ID_MAX,
                 "description": "The fact's id, as list_facts or recall shows it.",
             },
             "key": {

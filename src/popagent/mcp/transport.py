@@ -3,7 +3,8 @@ HTTP with uvicorn.
 
 Invariants:
 - stdout belongs to the protocol on stdio: nothing here writes to it; messages
-  for a person go to stderr.
+  for a person go to stderr. Every stdin line is answered or passed to the SDK
+  (``popagent.mcp.lines``): none is dropped silently.
 - HTTP follows ``popagent.access``: 127.0.0.1 by default and no token needed
   there; any other address is refused without a bearer token
   (``require_token_for``), and with a token every request must carry it
@@ -16,11 +17,14 @@ Invariants:
 from __future__ import annotations
 
 import socket
+from typing import cast
 
+import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
 from ..access import ASGIApp, BearerTokenMiddleware, require_token_for
+from .lines import LineScreen, claimed_stdin
 from .server import MemoryServer
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "MCP_PATH",
     "bind",
     "http_app",
+    "http_server",
     "serve_http",
     "serve_stdio",
 ]
@@ -39,10 +44,21 @@ MCP_PATH = "/mcp"
 
 
 async def serve_stdio(server: MemoryServer) -> None:
-    """Serve one client on this process's stdin and stdout until it closes stdin."""
+    """Serve one client on this process's stdin and stdout until it closes stdin
+    (or the task is cancelled).
+
+    stdin is read through ``LineScreen``: a line the SDK would drop (invalid
+    JSON, a malformed envelope, a lone surrogate) is answered with its JSON-RPC
+    error instead, and serving goes on (see ``popagent.mcp.lines``).
+    """
     lowlevel = server.lowlevel
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    with claimed_stdin() as fd:
+        screen = LineScreen(fd)
+        # The SDK iterates whatever it is given as stdin; it needs only ``async for``.
+        stdin = cast("anyio.AsyncFile[str]", screen.lines())
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            screen.write_stream = write_stream
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 def http_app(server: MemoryServer, *, host: str, token: str | None) -> ASGIApp:
@@ -71,8 +87,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(server: MemoryServer, sock: socket.socket, *, token: str | None) -> None:
-    """Serve streamable HTTP on the bound ``sock`` until interrupted (SIGINT/SIGTERM)."""
+def http_server(server: MemoryServer, sock: socket.socket, *, token: str | None) -> uvicorn.Server:
+    """The uvicorn server for ``sock``: ``await it.serve(sockets=[sock])``; set its
+    ``should_exit`` to shut it down gracefully."""
     host = str(sock.getsockname()[0])
     config = uvicorn.Config(
         http_app(server, host=host, token=token),
@@ -80,4 +97,9 @@ async def serve_http(server: MemoryServer, sock: socket.socket, *, token: str | 
         lifespan="on",
         server_header=False,
     )
-    await uvicorn.Server(config).serve(sockets=[sock])
+    return uvicorn.Server(config)
+
+
+async def serve_http(server: MemoryServer, sock: socket.socket, *, token: str | None) -> None:
+    """Serve streamable HTTP on the bound ``sock`` until interrupted (SIGINT/SIGTERM)."""
+    await http_server(server, sock, token=token).serve(sockets=[sock])
