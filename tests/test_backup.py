@@ -138,6 +138,8 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
         secrets = SecretStore(memory.pool, cipher)
         for n, resource in enumerate(resources):
             await memory.remember(resource, f"Prefers green tea over coffee ({n})", key="drink")
+            # A changed value: the old one becomes a row of popagent_fact_versions.
+            await memory.remember(resource, f"Prefers oolong tea now ({n})", key="drink")
             await memory.remember(resource, f"Lives in Lisbon near the river, resource {n}")
             await memory.retain_episode(
                 resource, "s1", "What should I pack for Porto?", "An umbrella: it rains in May."

@@ -12,11 +12,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
+    "ORIGINS",
     "AuditHookName",
     "AuditRecord",
     "Candidate",
     "CorpusStats",
     "EpisodeTurn",
+    "FactVersion",
     "Kind",
     "MaintenanceReport",
     "Memory",
@@ -25,6 +27,7 @@ __all__ = [
     "ObservationGroup",
     "ObservationLog",
     "Outcome",
+    "Provenance",
     "RecallResult",
     "RememberResult",
     "Role",
@@ -38,6 +41,28 @@ __all__ = [
 Kind = Literal["fact", "episode"]
 Role = Literal["system", "user", "assistant", "tool"]
 RememberAction = Literal["created", "updated", "unchanged"]
+#: Where a memory came from. ``agent``: a tool call in a chat turn; ``turn``: an
+#: episode retained at a turn's end; ``api``/``gui``/``cli``/``mcp``: those
+#: surfaces; ``library``: a direct call; ``import``: ``popagent import``;
+#: ``maintenance``: the scheduler (it only ends facts); the rest: the
+#: framework adapters of ``popagent.adapters``.
+ORIGINS = (
+    "library",
+    "agent",
+    "turn",
+    "api",
+    "gui",
+    "cli",
+    "mcp",
+    "import",
+    "maintenance",
+    "langgraph",
+    "langchain",
+    "openai-agents",
+    "pydantic-ai",
+)
+#: How a fact version stopped being current.
+VersionEnd = Literal["updated", "deleted", "expired"]
 #: How a model or tool call ended: ``refused`` is a tool declining its input.
 Outcome = Literal["ok", "error", "refused"]
 #: Where a chat turn stands: ``running`` until it ends; ``completed`` with its final
@@ -70,6 +95,14 @@ class Memory:
     updated_at: datetime
     accessed_at: datetime | None
     access_count: int
+    #: Provenance (``Provenance``'s fields) and lifecycle: the current value's
+    #: version number (1 until the fact changes) and when it expires.
+    origin: str = "library"
+    turn_id: int | None = None
+    message_ids: tuple[int, ...] = ()
+    tool_call_id: str | None = None
+    expires_at: datetime | None = None
+    version: int = 1
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict with ISO-8601 timestamps."""
@@ -86,6 +119,77 @@ class Memory:
             "updated_at": self.updated_at.isoformat(),
             "accessed_at": self.accessed_at.isoformat() if self.accessed_at else None,
             "access_count": self.access_count,
+            "origin": self.origin,
+            "turn_id": self.turn_id,
+            "message_ids": list(self.message_ids),
+            "tool_call_id": self.tool_call_id,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a write came from: its origin (one of ``ORIGINS``), and when it came
+    from a chat turn, that turn, the source messages and the tool call.
+
+    The session is the write's own ``session_id`` argument. Provenance holds
+    identifiers only, never content.
+    """
+
+    origin: str = "library"
+    turn_id: int | None = None
+    message_ids: tuple[int, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FactVersion:
+    """A value a fact had from ``valid_from`` until ``valid_to``, and who wrote it.
+
+    ``ended`` says how it stopped being current (updated, deleted, expired)
+    and ``ended_origin``/``ended_session_id`` who ended it.
+    """
+
+    resource_id: str
+    fact_id: int
+    version: int
+    key: str | None
+    content: str
+    content_sha256: str
+    importance: float
+    expires_at: datetime | None
+    session_id: str | None
+    origin: str
+    turn_id: int | None
+    message_ids: tuple[int, ...]
+    tool_call_id: str | None
+    valid_from: datetime
+    valid_to: datetime
+    ended: VersionEnd
+    ended_origin: str
+    ended_session_id: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "resource_id": self.resource_id,
+            "fact_id": self.fact_id,
+            "version": self.version,
+            "key": self.key,
+            "content": self.content,
+            "content_sha256": self.content_sha256,
+            "importance": self.importance,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "session_id": self.session_id,
+            "origin": self.origin,
+            "turn_id": self.turn_id,
+            "message_ids": list(self.message_ids),
+            "tool_call_id": self.tool_call_id,
+            "valid_from": self.valid_from.isoformat(),
+            "valid_to": self.valid_to.isoformat(),
+            "ended": self.ended,
+            "ended_origin": self.ended_origin,
+            "ended_session_id": self.ended_session_id,
         }
 
 
@@ -148,10 +252,12 @@ class MaintenanceReport:
 
     expired_episodes: int = 0
     capped_episodes: int = 0
+    #: Facts past their ``expires_at`` (their last value is kept as a version).
+    expired_facts: int = 0
 
     @property
     def total(self) -> int:
-        return self.expired_episodes + self.capped_episodes
+        return self.expired_episodes + self.capped_episodes + self.expired_facts
 
 
 @dataclass(frozen=True, slots=True)

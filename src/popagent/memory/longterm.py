@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from ..checks import check_time
-from ..embed.protocol import Embedder, EmbeddingError, Vectors
+from ..embed.protocol import EmbeddingError, Vectors
 from ..errors import NotFoundError, ValidationError
 from ..models import (
     CorpusStats,
@@ -36,21 +36,26 @@ from ..models import (
     Kind,
     MaintenanceReport,
     Memory,
+    Provenance,
     RecallResult,
     RememberResult,
 )
 from ..store import memories as store
 from ..store import recall as recall_sql
 from ..store import vectors as vector_store
-from ..store.database import Conn, Pool
-from .ranking import DEFAULT_WEIGHTS, RankingWeights, idf, rank
+from ..store.database import Conn
+from .base import check_memory_id
+from .history import FactHistory
+from .ranking import idf, rank
 from .render import DEFAULT_BUDGET, render
-from .semantic import BackfillReport, backfill, embed_or_none, vector_rows
+from .semantic import BackfillReport, backfill
 from .temporal import query_window
 from .validation import (
+    check_expires_at,
     check_id,
     check_importance,
     check_limit,
+    check_provenance,
     check_query,
     episode_content,
     normalize_fact_content,
@@ -124,52 +129,15 @@ class EpisodeDraft:
     content: str
     created_at: datetime | None
     vectors: list[list[Vectors]] | None
+    provenance: Provenance | None = None
 
 
-class LongTermMemory:
+class LongTermMemory(FactHistory):
     """Facts and episodes of many resources, with recall, management and maintenance.
 
     Obtain one with ``popagent.connect()``; it borrows connections from the pool
     for each call and holds none between calls.
     """
-
-    def __init__(
-        self,
-        pool: Pool,
-        *,
-        weights: RankingWeights = DEFAULT_WEIGHTS,
-        embedder: Embedder | None = None,
-    ) -> None:
-        self._pool = pool
-        self.weights = weights
-        self._embedder = embedder
-
-    @property
-    def pool(self) -> Pool:
-        return self._pool
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """The embedding model of semantic recall; ``None``: lexical recall only."""
-        return self._embedder
-
-    async def _vectors(self, contents: Sequence[str]) -> list[list[Vectors]] | None:
-        if self._embedder is None or not contents:
-            return None
-        return await embed_or_none(self._embedder, contents)
-
-    async def _write_vectors(
-        self, conn: Conn, memory: Memory, chunks: list[Vectors] | None
-    ) -> None:
-        if self._embedder is None or not chunks:
-            return
-        await vector_store.write_vectors(
-            conn,
-            memory.resource_id,
-            self._embedder.model,
-            self._embedder.dimensions,
-            vector_rows(memory.id, memory.content_sha256, chunks),
-        )
 
     # --- retention ------------------------------------------------------------------------
 
@@ -181,6 +149,7 @@ class LongTermMemory:
         assistant_text: str,
         *,
         created_at: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> Memory | None:
         """Store the episode of one completed turn; ``None`` when either text is empty.
 
@@ -197,8 +166,9 @@ class LongTermMemory:
         if built is None:
             return None
         content, _redacted = built
+        provenance = check_provenance(provenance)
         vectors = await self._vectors([content])
-        draft = EpisodeDraft(resource_id, session_id, content, created_at, vectors)
+        draft = EpisodeDraft(resource_id, session_id, content, created_at, vectors, provenance)
         # One transaction only when there are vectors to write with the episode.
         async with (
             self._pool.connection() as conn,
@@ -214,6 +184,7 @@ class LongTermMemory:
         assistant_text: str,
         *,
         created_at: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> EpisodeDraft | None:
         """``retain_episode`` up to the write: checked, built, redacted and embedded;
         ``None`` when either text is empty. Write it with ``write_episode``."""
@@ -224,8 +195,14 @@ class LongTermMemory:
         if built is None:
             return None
         content = built[0]
+        provenance = check_provenance(provenance)
         return EpisodeDraft(
-            resource_id, session_id, content, created_at, await self._vectors([content])
+            resource_id,
+            session_id,
+            content,
+            created_at,
+            await self._vectors([content]),
+            provenance,
         )
 
     async def write_episode(self, conn: Conn, draft: EpisodeDraft) -> Memory:
@@ -240,12 +217,15 @@ class LongTermMemory:
             sha=sha256_hex(draft.content),
             importance=EPISODE_IMPORTANCE,
             created_at=draft.created_at,
+            provenance=draft.provenance,
         )
         if inserted and draft.vectors:
             await self._write_vectors(conn, memory, draft.vectors[0])
         return memory
 
-    async def retain_episodes(self, resource_id: str, turns: Sequence[EpisodeTurn]) -> int:
+    async def retain_episodes(
+        self, resource_id: str, turns: Sequence[EpisodeTurn], *, origin: str = "library"
+    ) -> int:
         """Store many turns in one statement (imports, benchmarks); return how many were new.
 
         The same rules as ``retain_episode`` apply to each turn; turns with an
@@ -253,6 +233,7 @@ class LongTermMemory:
         is written.
         """
         resource_id = check_id("resource_id", resource_id)
+        origin = check_provenance(Provenance(origin=origin)).origin
         rows: list[tuple[str, str, str, datetime | None]] = []
         for turn in turns:
             session_id = check_id("session_id", turn.session_id)
@@ -272,7 +253,11 @@ class LongTermMemory:
                 by_hash.extend((sha, i, v) for i, v in enumerate(chunks))
         async with self._pool.connection() as conn, conn.transaction():
             inserted = await store.insert_episodes(
-                conn, resource_id=resource_id, importance=EPISODE_IMPORTANCE, rows=rows
+                conn,
+                resource_id=resource_id,
+                importance=EPISODE_IMPORTANCE,
+                rows=rows,
+                origin=origin,
             )
             if self._embedder is not None and by_hash:
                 await vector_store.write_vectors_by_hash(
@@ -293,6 +278,8 @@ class LongTermMemory:
         key: str | None = None,
         importance: float = 0.5,
         session_id: str | None = None,
+        expires_at: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> RememberResult:
         """Store a durable fact: upsert by ``key``, or deduplicate a keyless one by content hash.
 
@@ -300,6 +287,11 @@ class LongTermMemory:
         to 2,000 characters; keys are trimmed and lower-cased; credentials are
         refused with ``SecretRefusedError``. The result says whether the fact was
         created, updated (same key, new value) or unchanged.
+
+        An update keeps the replaced value as a version (``fact_history``);
+        ``expires_at`` (in the future) ends the fact then: it is never recalled
+        after it, and maintenance removes it. ``provenance`` records where the
+        write came from (``origin``, turn, source messages, tool call).
         """
         resource_id = check_id("resource_id", resource_id)
         content = normalize_fact_content(content)
@@ -314,6 +306,8 @@ class LongTermMemory:
             "content": content,
             "sha": sha256_hex(content),
             "importance": importance,
+            "expires_at": check_expires_at(expires_at),
+            **store.provenance_params(check_provenance(provenance)),
         }
         upsert = store.upsert_fact_by_key if key is not None else store.upsert_fact_by_hash
         vectors = await self._vectors([content])
@@ -505,6 +499,8 @@ class LongTermMemory:
         key: str | None = None,
         importance: float = 0.5,
         session_id: str | None = None,
+        expires_at: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> Memory:
         """Strict create (management): ``ConflictError`` if the key is taken or an
         identical keyless fact exists. ``remember`` is the upserting write."""
@@ -514,6 +510,8 @@ class LongTermMemory:
         importance = check_importance(importance)
         if session_id is not None:
             session_id = check_id("session_id", session_id)
+        expires_at = check_expires_at(expires_at)
+        provenance = check_provenance(provenance)
         vectors = await self._vectors([content])
         async with (
             self._pool.connection() as conn,
@@ -527,6 +525,8 @@ class LongTermMemory:
                 content=content,
                 sha=sha256_hex(content),
                 importance=importance,
+                expires_at=expires_at,
+                **store.provenance_params(provenance),
             )
             await self._write_vectors(conn, memory, vectors[0] if vectors else None)
             return memory
@@ -540,15 +540,28 @@ class LongTermMemory:
         key: str | None = None,
         clear_key: bool = False,
         importance: float | None = None,
+        expires_at: datetime | None = None,
+        clear_expiry: bool = False,
+        session_id: str | None = None,
+        provenance: Provenance | None = None,
     ) -> Memory:
-        """Change a fact's content, key (``clear_key`` removes it) and/or importance.
+        """Change a fact's content, key (``clear_key`` removes it), importance and/or
+        expiry (``clear_expiry`` removes it).
 
         The same rules as ``remember``; a key taken by another fact, or content
-        identical to another keyless fact, is a ``ConflictError``.
+        identical to another keyless fact, is a ``ConflictError``. A real change
+        keeps the replaced value as a version and records ``provenance`` and
+        ``session_id`` as the new value's; no change writes nothing.
         """
         resource_id = check_id("resource_id", resource_id)
         if clear_key and key is not None:
             raise ValidationError("key", "give a key or clear_key, not both")
+        if clear_expiry and expires_at is not None:
+            raise ValidationError("expires_at", "give expires_at or clear_expiry, not both")
+        new_expiry = check_expires_at(expires_at)
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        written_by = store.provenance_params(check_provenance(provenance))
         new_content = normalize_fact_content(content) if content is not None else None
         new_key = normalize_key(key)
         new_importance = check_importance(importance) if importance is not None else None
@@ -566,7 +579,12 @@ class LongTermMemory:
                 sha=sha256_hex(final_content),
                 key=None if clear_key else (new_key if new_key is not None else current.key),
                 importance=new_importance if new_importance is not None else current.importance,
+                expires_at=None if clear_expiry else (new_expiry or current.expires_at),
+                session_id=session_id,
+                **written_by,
             )
+            if updated is None:  # nothing changed: the statement wrote nothing
+                return current
             # The content trigger dropped the old vectors if the text changed.
             if updated is not None and updated.content_sha256 != current.content_sha256:
                 await self._write_vectors(conn, updated, vectors[0] if vectors else None)
@@ -574,8 +592,23 @@ class LongTermMemory:
             raise NotFoundError(f"no fact {id} in this resource")
         return updated
 
-    async def delete_fact(self, resource_id: str, id: int) -> None:
-        await self._delete(resource_id, id, "fact")
+    async def delete_fact(
+        self,
+        resource_id: str,
+        id: int,
+        *,
+        purge: bool = False,
+        origin: str = "library",
+        session_id: str | None = None,
+    ) -> None:
+        """Delete fact ``id``. Its last value stays in its history (readable with
+        ``fact_history``, restorable) unless ``purge``, which removes every version too."""
+        origin = check_provenance(Provenance(origin=origin)).origin
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        await self._delete(
+            resource_id, id, "fact", purge=purge, origin=origin, session_id=session_id
+        )
 
     # --- episodes -------------------------------------------------------------------------
 
@@ -662,8 +695,9 @@ class LongTermMemory:
     async def maintain(
         self, *, now: datetime | None = None, resource_id: str | None = None
     ) -> MaintenanceReport:
-        """Daily retention: episodes older than 90 days go, and each resource keeps at most
-        its 5,000 newest episodes. Facts are never pruned.
+        """Daily retention: episodes older than 90 days go, each resource keeps at most
+        its 5,000 newest episodes, and facts past their ``expires_at`` go (their last
+        value kept as a version). No other fact is ever pruned.
 
         Runs under an advisory lock in one transaction, so two processes at
         once never interleave; running it again at once deletes nothing.
@@ -678,24 +712,46 @@ class LongTermMemory:
             capped = await store.delete_over_cap_episodes(
                 conn, EPISODE_CAP_PER_RESOURCE, resource_id
             )
-        return MaintenanceReport(expired_episodes=expired, capped_episodes=capped)
+            expired_facts = await store.expire_facts(conn, now, resource_id)
+        return MaintenanceReport(
+            expired_episodes=expired, capped_episodes=capped, expired_facts=expired_facts
+        )
 
     # --- shared helpers -------------------------------------------------------------------
 
     async def _get(self, resource_id: str, id: int, kind: Kind | None) -> Memory:
         resource_id = check_id("resource_id", resource_id)
-        id = _check_memory_id(id)
+        id = check_memory_id(id)
         async with self._pool.connection() as conn:
             memory = await store.get_memory(conn, resource_id, id, kind)
         if memory is None:
             raise NotFoundError(f"no {kind or 'memory'} {id} in this resource")
         return memory
 
-    async def _delete(self, resource_id: str, id: int, kind: Kind) -> None:
+    async def _delete(
+        self,
+        resource_id: str,
+        id: int,
+        kind: Kind,
+        *,
+        purge: bool = False,
+        origin: str = "library",
+        session_id: str | None = None,
+    ) -> None:
         resource_id = check_id("resource_id", resource_id)
-        id = _check_memory_id(id)
-        async with self._pool.connection() as conn:
-            deleted = await store.delete_memory(conn, resource_id, id, kind)
+        id = check_memory_id(id)
+        if not isinstance(purge, bool):
+            raise ValidationError("purge", "must be true or false")
+        async with self._pool.connection() as conn, conn.transaction():
+            deleted = await store.delete_memory(
+                conn,
+                resource_id,
+                id,
+                kind,
+                purge=purge,
+                ended_origin=origin,
+                ended_session_id=session_id,
+            )
         if not deleted:
             raise NotFoundError(f"no {kind} {id} in this resource")
 
@@ -726,9 +782,3 @@ class LongTermMemory:
                 limit=check_limit(limit, cap=LIST_LIMIT_CAP),
                 offset=_check_offset(offset),
             )
-
-
-def _check_memory_id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError("id", "must be a positive integer")
-    return value

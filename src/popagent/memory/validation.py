@@ -10,10 +10,21 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from datetime import UTC, datetime
 
-from ..checks import ID_CAP, check_id, check_limit, check_text, is_blank, is_invisible, strip_blank
+from ..checks import (
+    ID_CAP,
+    check_id,
+    check_limit,
+    check_text,
+    check_time,
+    is_blank,
+    is_invisible,
+    strip_blank,
+)
 from ..credentials import find_credentials, redact_credentials
 from ..errors import SecretRefusedError, ValidationError
+from ..models import ORIGINS, Provenance
 
 __all__ = [
     "ASSISTANT_TEXT_CAP",
@@ -24,9 +35,11 @@ __all__ = [
     "USER_TEXT_CAP",
     "cap_text",
     "check_credentials",
+    "check_expires_at",
     "check_id",
     "check_importance",
     "check_limit",
+    "check_provenance",
     "check_query",
     "check_text",
     "episode_content",
@@ -34,6 +47,12 @@ __all__ = [
     "normalize_key",
     "truncation_marker",
 ]
+
+#: The most source message ids one memory records.
+MESSAGE_IDS_CAP = 64
+#: A tool call id's longest (the providers' ids are far shorter).
+TOOL_CALL_ID_CAP = 256
+_BIGINT_MAX = 2**63 - 1
 
 FACT_CONTENT_CAP = 2_000
 KEY_CAP = 128
@@ -154,3 +173,38 @@ def episode_content(user_text: object, assistant_text: object) -> tuple[str, int
         f"Assistant: {cap_text(assistant, ASSISTANT_TEXT_CAP)}"
     )
     return content, n_user + n_assistant
+
+
+def check_expires_at(value: object, *, now: datetime | None = None) -> datetime | None:
+    """``None`` (never expires) or a timezone-aware time still in the future."""
+    expires_at = check_time("expires_at", value)
+    if expires_at is not None and expires_at <= (now or datetime.now(UTC)):
+        raise ValidationError("expires_at", "must be in the future")
+    return expires_at
+
+
+def _positive_id(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _BIGINT_MAX:
+        raise ValidationError(field, "must be a positive 64-bit integer")
+    return value
+
+
+def check_provenance(value: object) -> Provenance:
+    """A ``Provenance`` whose origin is known and whose ids are in range."""
+    if value is None:
+        return Provenance()
+    if not isinstance(value, Provenance):
+        raise ValidationError("provenance", "must be a Provenance")
+    if value.origin not in ORIGINS:
+        raise ValidationError("origin", f"must be one of {', '.join(ORIGINS)}")
+    if value.turn_id is not None:
+        _positive_id("turn_id", value.turn_id)
+    if not isinstance(value.message_ids, tuple) or len(value.message_ids) > MESSAGE_IDS_CAP:
+        raise ValidationError("message_ids", f"must be a tuple of at most {MESSAGE_IDS_CAP} ids")
+    for message_id in value.message_ids:
+        _positive_id("message_ids", message_id)
+    if value.tool_call_id is not None:
+        tool_call_id = check_text("tool_call_id", value.tool_call_id)
+        if not tool_call_id or len(tool_call_id) > TOOL_CALL_ID_CAP:
+            raise ValidationError("tool_call_id", f"must be 1 to {TOOL_CALL_ID_CAP} characters")
+    return value

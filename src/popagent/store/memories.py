@@ -16,15 +16,17 @@ from typing import Any
 import psycopg
 
 from ..errors import ConflictError
-from ..models import Kind, Memory
+from ..models import Kind, Memory, Provenance
 from .database import Conn
 
 __all__ = [
     "MEMORY_COLUMNS",
     "cleanup",
+    "conflict_error",
     "delete_expired_episodes",
     "delete_memory",
     "delete_over_cap_episodes",
+    "expire_facts",
     "get_fact_by_key",
     "get_memory",
     "insert_episode",
@@ -33,6 +35,7 @@ __all__ = [
     "like_pattern",
     "list_memories",
     "lock_maintenance",
+    "provenance_params",
     "row_to_memory",
     "touch_accessed",
     "update_fact",
@@ -42,7 +45,8 @@ __all__ = [
 
 MEMORY_COLUMNS = (
     "id, resource_id, session_id, kind, key, content, content_sha256, importance, "
-    "created_at, updated_at, accessed_at, access_count"
+    "created_at, updated_at, accessed_at, access_count, "
+    "origin, turn_id, message_ids, tool_call_id, expires_at, version"
 )
 _COLUMNS_M = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -61,16 +65,35 @@ def row_to_memory(row: dict[str, Any]) -> Memory:
         updated_at=row["updated_at"],
         accessed_at=row["accessed_at"],
         access_count=row["access_count"],
+        origin=row["origin"],
+        turn_id=row["turn_id"],
+        message_ids=tuple(row["message_ids"] or ()),
+        tool_call_id=row["tool_call_id"],
+        expires_at=row["expires_at"],
+        version=row["version"],
     )
+
+
+def provenance_params(provenance: Provenance | None) -> dict[str, Any]:
+    """The ``origin``/``turn_id``/``message_ids``/``tool_call_id`` parameters of a write."""
+    p = provenance or Provenance()
+    return {
+        "origin": p.origin,
+        "turn_id": p.turn_id,
+        "message_ids": list(p.message_ids) or None,
+        "tool_call_id": p.tool_call_id,
+    }
 
 
 # --- episodes -------------------------------------------------------------------------------
 
 INSERT_EPISODE = f"""
 INSERT INTO popagent_memories
-    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at)
+    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at,
+     origin, turn_id, message_ids, tool_call_id)
 VALUES (%(resource_id)s, %(session_id)s, 'episode', %(content)s, %(sha)s, %(importance)s,
-        coalesce(%(created_at)s, now()), coalesce(%(created_at)s, now()))
+        coalesce(%(created_at)s, now()), coalesce(%(created_at)s, now()),
+        %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)
 ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
 RETURNING {MEMORY_COLUMNS}
 """
@@ -83,9 +106,10 @@ WHERE resource_id = %(resource_id)s AND kind = %(kind)s AND key IS NULL
 
 INSERT_EPISODES = """
 INSERT INTO popagent_memories
-    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at)
+    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at,
+     origin)
 SELECT %(resource_id)s, t.session_id, 'episode', t.content, t.sha, %(importance)s,
-       coalesce(t.created_at, now()), coalesce(t.created_at, now())
+       coalesce(t.created_at, now()), coalesce(t.created_at, now()), %(origin)s
 FROM unnest(%(session_ids)s::text[], %(contents)s::text[], %(shas)s::text[],
             %(created)s::timestamptz[]) AS t(session_id, content, sha, created_at)
 ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
@@ -101,6 +125,7 @@ async def insert_episode(
     sha: str,
     importance: float,
     created_at: datetime | None,
+    provenance: Provenance | None = None,
 ) -> tuple[Memory, bool]:
     """Insert one episode or find its identical twin; ``(memory, inserted)``."""
     params = {
@@ -110,6 +135,7 @@ async def insert_episode(
         "sha": sha,
         "importance": importance,
         "created_at": created_at,
+        **provenance_params(provenance),
     }
     cur = await conn.execute(INSERT_EPISODE, params)
     row = await cur.fetchone()
@@ -129,6 +155,7 @@ async def insert_episodes(
     resource_id: str,
     importance: float,
     rows: Sequence[tuple[str, str, str, datetime | None]],
+    origin: str = "library",
 ) -> int:
     """Bulk insert ``(session_id, content, sha, created_at)`` rows; return how many were new."""
     if not rows:
@@ -139,6 +166,7 @@ async def insert_episodes(
         {
             "resource_id": resource_id,
             "importance": importance,
+            "origin": origin,
             "session_ids": session_ids,
             "contents": contents,
             "shas": shas,
@@ -150,18 +178,32 @@ async def insert_episodes(
 
 # --- facts ----------------------------------------------------------------------------------
 
+_FACT_COLUMNS = """
+    (resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
+     origin, turn_id, message_ids, tool_call_id)"""
+_FACT_VALUES = """
+VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s,
+        %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)"""
+# A changed value also records who changed it: the provenance (and session) is
+# always the current value's writer's. The trigger of migration 0012 keeps the
+# replaced value as a version.
+_NEW_PROVENANCE = """
+    session_id = EXCLUDED.session_id,
+    origin = EXCLUDED.origin,
+    turn_id = EXCLUDED.turn_id,
+    message_ids = EXCLUDED.message_ids,
+    tool_call_id = EXCLUDED.tool_call_id,
+    updated_at = now()"""
+
 UPSERT_FACT_BY_KEY = f"""
-INSERT INTO popagent_memories
-    (resource_id, session_id, kind, key, content, content_sha256, importance)
-VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s)
+INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
 ON CONFLICT (resource_id, key) WHERE kind = 'fact' AND key IS NOT NULL DO UPDATE
 SET content = EXCLUDED.content,
     content_sha256 = EXCLUDED.content_sha256,
     importance = EXCLUDED.importance,
-    session_id = coalesce(EXCLUDED.session_id, popagent_memories.session_id),
-    updated_at = now()
-WHERE (popagent_memories.content, popagent_memories.importance)
-      IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance)
+    expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
+WHERE (popagent_memories.content, popagent_memories.importance, popagent_memories.expires_at)
+      IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance, EXCLUDED.expires_at)
 RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
 """
 
@@ -170,28 +212,33 @@ SELECT {MEMORY_COLUMNS} FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'fact' AND key = %(key)s
 """
 
+# An identical keyless fact raises its importance (never lowers it) and takes
+# the new expiry; anything else about it is already equal.
 UPSERT_FACT_BY_HASH = f"""
-INSERT INTO popagent_memories
-    (resource_id, session_id, kind, key, content, content_sha256, importance)
-VALUES (%(resource_id)s, %(session_id)s, 'fact', NULL, %(content)s, %(sha)s, %(importance)s)
+INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
 ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO UPDATE
-SET importance = EXCLUDED.importance, updated_at = now()
+SET importance = greatest(popagent_memories.importance, EXCLUDED.importance),
+    expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
 WHERE popagent_memories.importance < EXCLUDED.importance
+   OR popagent_memories.expires_at IS DISTINCT FROM EXCLUDED.expires_at
 RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
 """
 
 INSERT_FACT = f"""
-INSERT INTO popagent_memories
-    (resource_id, session_id, kind, key, content, content_sha256, importance)
-VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s)
+INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
 RETURNING {MEMORY_COLUMNS}
 """
 
+# Only a real change touches the row (and so makes a version).
 UPDATE_FACT = f"""
 UPDATE popagent_memories
 SET content = %(content)s, content_sha256 = %(sha)s, key = %(key)s,
-    importance = %(importance)s, updated_at = now()
+    importance = %(importance)s, expires_at = %(expires_at)s,
+    session_id = %(session_id)s, origin = %(origin)s, turn_id = %(turn_id)s,
+    message_ids = %(message_ids)s, tool_call_id = %(tool_call_id)s, updated_at = now()
 WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = 'fact'
+  AND (content, key, importance, expires_at)
+      IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz)
 RETURNING {MEMORY_COLUMNS}
 """
 
@@ -226,7 +273,7 @@ async def upsert_fact_by_hash(conn: Conn, **params: Any) -> tuple[Memory, str] |
     return (row_to_memory(found), "unchanged") if found else None
 
 
-def _conflict(exc: psycopg.errors.UniqueViolation) -> ConflictError:
+def conflict_error(exc: psycopg.errors.UniqueViolation) -> ConflictError:
     constraint = exc.diag.constraint_name or ""
     if "fact_key" in constraint:
         return ConflictError("a fact with this key already exists in this resource")
@@ -240,7 +287,7 @@ async def insert_fact(conn: Conn, **params: Any) -> Memory:
             cur = await conn.execute(INSERT_FACT, params)
             row = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
-        raise _conflict(exc) from exc
+        raise conflict_error(exc) from exc
     assert row is not None
     return row_to_memory(row)
 
@@ -252,7 +299,7 @@ async def update_fact(conn: Conn, **params: Any) -> Memory | None:
             cur = await conn.execute(UPDATE_FACT, params)
             row = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
-        raise _conflict(exc) from exc
+        raise conflict_error(exc) from exc
     return row_to_memory(row) if row else None
 
 
@@ -263,9 +310,36 @@ SELECT {MEMORY_COLUMNS} FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND id = %(id)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)
 """
 
-DELETE_MEMORY = """
-DELETE FROM popagent_memories
-WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = %(kind)s
+# The facts of ``gone`` (a data-modifying CTE returning whole memory rows) as
+# versions that ended now, unless %(purge)s; with %(ended)s, %(ended_origin)s
+# and %(ended_session_id)s saying how and by whom.
+KEEP_GONE_FACTS = """
+    INSERT INTO popagent_fact_versions
+        (resource_id, fact_id, version, key, content, content_sha256, importance, expires_at,
+         session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to,
+         ended, ended_origin, ended_session_id)
+    SELECT g.resource_id, g.id, g.version, g.key, g.content, g.content_sha256, g.importance,
+           g.expires_at, g.session_id, g.origin, g.turn_id, g.message_ids, g.tool_call_id,
+           g.updated_at, greatest(now(), g.updated_at),
+           %(ended)s, %(ended_origin)s, %(ended_session_id)s
+    FROM gone g WHERE g.kind = 'fact' AND NOT %(purge)s
+"""
+
+PURGE_VERSIONS_OF_FACTS = """
+DELETE FROM popagent_fact_versions
+WHERE resource_id = %(resource_id)s AND fact_id = ANY(%(fact_ids)s::bigint[])
+"""
+
+
+# A deleted fact's last value is kept as a version (its history stays readable
+# and restorable) unless the caller purges it; an episode just goes.
+DELETE_MEMORY = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories
+    WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = %(kind)s
+    RETURNING *
+), kept AS ({KEEP_GONE_FACTS} RETURNING 1)
+SELECT count(*) AS deleted FROM gone
 """
 
 LIST_MEMORIES = f"""
@@ -281,11 +355,22 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s
 """
 
+# Cleanup removes: the facts it deletes take their versions with them, and a
+# cleanup of every fact also removes the history of facts deleted earlier.
 CLEANUP = """
-DELETE FROM popagent_memories
-WHERE resource_id = %(resource_id)s
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(older_than)s::timestamptz IS NULL OR created_at < %(older_than)s)
+WITH gone AS (
+    DELETE FROM popagent_memories
+    WHERE resource_id = %(resource_id)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(older_than)s::timestamptz IS NULL OR created_at < %(older_than)s)
+    RETURNING id, kind
+), history AS (
+    DELETE FROM popagent_fact_versions v
+    WHERE v.resource_id = %(resource_id)s
+      AND (v.fact_id IN (SELECT id FROM gone WHERE kind = 'fact')
+           OR (coalesce(%(kind)s::text, 'fact') = 'fact' AND %(older_than)s::timestamptz IS NULL))
+)
+SELECT count(*) AS deleted FROM gone
 """
 
 
@@ -297,9 +382,35 @@ async def get_memory(
     return row_to_memory(row) if row else None
 
 
-async def delete_memory(conn: Conn, resource_id: str, id: int, kind: Kind) -> bool:
-    cur = await conn.execute(DELETE_MEMORY, {"resource_id": resource_id, "id": id, "kind": kind})
-    return cur.rowcount > 0
+async def delete_memory(
+    conn: Conn,
+    resource_id: str,
+    id: int,
+    kind: Kind,
+    *,
+    purge: bool = False,
+    ended_origin: str = "library",
+    ended_session_id: str | None = None,
+) -> bool:
+    """Delete memory ``id``; a fact's last value stays as a version unless ``purge``,
+    which also deletes every earlier version. ``False`` if no such memory."""
+    cur = await conn.execute(
+        DELETE_MEMORY,
+        {
+            "resource_id": resource_id,
+            "id": id,
+            "kind": kind,
+            "purge": purge,
+            "ended": "deleted",
+            "ended_origin": ended_origin,
+            "ended_session_id": ended_session_id,
+        },
+    )
+    row = await cur.fetchone()
+    deleted = row is not None and row["deleted"] > 0
+    if kind == "fact" and purge:
+        await conn.execute(PURGE_VERSIONS_OF_FACTS, {"resource_id": resource_id, "fact_ids": [id]})
+    return deleted
 
 
 def like_pattern(text: str) -> str:
@@ -344,7 +455,8 @@ async def cleanup(
     cur = await conn.execute(
         CLEANUP, {"resource_id": resource_id, "kind": kind, "older_than": older_than}
     )
-    return cur.rowcount
+    row = await cur.fetchone()
+    return int(row["deleted"]) if row else 0
 
 
 # --- access bookkeeping ---------------------------------------------------------------------
@@ -423,6 +535,35 @@ USING (
 ) doomed
 WHERE m.resource_id = %(resource_id)s AND m.id = doomed.id
 """
+
+
+# Facts past their expiry: gone from popagent_memories, last value kept as a version.
+EXPIRE_FACTS = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories
+    WHERE kind = 'fact' AND expires_at <= %(now)s
+      AND (%(resource_id)s::text IS NULL OR resource_id = %(resource_id)s)
+    RETURNING *
+), kept AS ({KEEP_GONE_FACTS} RETURNING 1)
+SELECT count(*) AS deleted FROM gone
+"""
+
+
+async def expire_facts(conn: Conn, now: datetime, resource_id: str | None = None) -> int:
+    """Remove facts whose ``expires_at`` is at or before ``now``; return how many."""
+    cur = await conn.execute(
+        EXPIRE_FACTS,
+        {
+            "now": now,
+            "resource_id": resource_id,
+            "purge": False,
+            "ended": "expired",
+            "ended_origin": "maintenance",
+            "ended_session_id": None,
+        },
+    )
+    row = await cur.fetchone()
+    return int(row["deleted"]) if row else 0
 
 
 async def lock_maintenance(conn: Conn) -> None:

@@ -116,6 +116,7 @@ SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
        {_TERM_FREQUENCIES} AS tf
 FROM hits JOIN popagent_memories m ON m.id = hits.id
 WHERE m.resource_id = %(resource_id)s
+  AND (m.expires_at IS NULL OR m.expires_at > now())  -- an expired fact is never recalled
 """
 
 

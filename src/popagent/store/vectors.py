@@ -264,6 +264,7 @@ SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
        {_TERM_FREQUENCIES} AS tf,
        best.similarity
 FROM best JOIN popagent_memories m ON m.resource_id = %(resource_id)s AND m.id = best.memory_id
+WHERE m.expires_at IS NULL OR m.expires_at > now()  -- an expired fact is never recalled
 """
 
 # The resource's own vectors, exactly: no HNSW index matches the uncast expression.

@@ -1,0 +1,96 @@
+"""The one memory surface every framework adapter talks to.
+
+An adapter is configured with a :class:`MemoryBackend`: either
+:class:`LocalBackend` (a :class:`~popagent.memory.longterm.LongTermMemory` and a
+fixed ``resource_id``, in process) or ``popagent.client``'s remote backend (a
+``popagent serve`` over HTTP, whose resource is the server's). Either way the
+resource is fixed by configuration, never by a model's tool arguments: no
+method here takes a ``resource_id``.
+
+Invariants:
+- every write goes through popagent's own validation and credential screen
+  (the library's or the server's), so an adapter cannot store what popagent
+  would refuse;
+- audit rows are written by the layer below (the agent's tools or the API),
+  never with memory content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..memory.longterm import LongTermMemory
+from ..memory.render import DEFAULT_BUDGET, render
+from ..models import Memory, RecallResult, RememberResult
+
+__all__ = ["LocalBackend", "MemoryBackend"]
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    """Facts and recall of one resource, local or remote."""
+
+    @property
+    def resource_id(self) -> str: ...
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        key: str | None = None,
+        importance: float = 0.5,
+        session_id: str | None = None,
+    ) -> RememberResult: ...
+
+    async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]: ...
+
+    async def list_facts(
+        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[Memory]: ...
+
+    async def get_fact(self, id: int) -> Memory: ...
+
+    async def delete_fact(self, id: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalBackend:
+    """A :class:`LongTermMemory` bound to one resource, in this process."""
+
+    memory: LongTermMemory
+    resource_id: str
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        key: str | None = None,
+        importance: float = 0.5,
+        session_id: str | None = None,
+    ) -> RememberResult:
+        return await self.memory.remember(
+            self.resource_id, content, key=key, importance=importance, session_id=session_id
+        )
+
+    async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]:
+        return await self.memory.recall(self.resource_id, query, limit=limit)
+
+    async def list_facts(
+        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[Memory]:
+        return await self.memory.list_facts(
+            self.resource_id, key=key, text=text, limit=limit, offset=offset
+        )
+
+    async def get_fact(self, id: int) -> Memory:
+        return await self.memory.get_fact(self.resource_id, id)
+
+    async def delete_fact(self, id: int) -> None:
+        await self.memory.delete_fact(self.resource_id, id)
+
+
+def render_block(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:
+    """The labelled, fallible-context block a model sees (``popagent.render``)."""
+    return render(results, budget=budget)

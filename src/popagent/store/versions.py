@@ -1,0 +1,152 @@
+"""SQL over ``popagent_fact_versions``: a fact's earlier values, restore and revert.
+
+Invariants:
+- Versions are written by migration 0012's trigger (a changed value) and by
+  the delete and expiry statements of ``store/memories.py``; this module reads
+  them, restores one, and deletes them only when asked to purge.
+- Every statement filters on ``resource_id``; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..models import FactVersion, Memory
+from .database import Conn
+from .memories import MEMORY_COLUMNS, conflict_error, row_to_memory
+
+__all__ = [
+    "VERSION_COLUMNS",
+    "get_version",
+    "list_session_facts",
+    "list_versions",
+    "reinsert_fact",
+    "row_to_version",
+    "versions_ended_by_session",
+]
+
+VERSION_COLUMNS = (
+    "resource_id, fact_id, version, key, content, content_sha256, importance, expires_at, "
+    "session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to, "
+    "ended, ended_origin, ended_session_id"
+)
+
+
+def row_to_version(row: dict[str, Any]) -> FactVersion:
+    return FactVersion(
+        resource_id=row["resource_id"],
+        fact_id=row["fact_id"],
+        version=row["version"],
+        key=row["key"],
+        content=row["content"],
+        content_sha256=row["content_sha256"],
+        importance=float(row["importance"]),
+        expires_at=row["expires_at"],
+        session_id=row["session_id"],
+        origin=row["origin"],
+        turn_id=row["turn_id"],
+        message_ids=tuple(row["message_ids"] or ()),
+        tool_call_id=row["tool_call_id"],
+        valid_from=row["valid_from"],
+        valid_to=row["valid_to"],
+        ended=row["ended"],
+        ended_origin=row["ended_origin"],
+        ended_session_id=row["ended_session_id"],
+    )
+
+
+LIST_VERSIONS = f"""
+SELECT {VERSION_COLUMNS} FROM popagent_fact_versions
+WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s
+ORDER BY version DESC
+"""
+
+GET_VERSION = f"""
+SELECT {VERSION_COLUMNS} FROM popagent_fact_versions
+WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s AND version = %(version)s
+"""
+
+# A deleted fact comes back under its own id, as the version after its last.
+REINSERT_FACT = f"""
+INSERT INTO popagent_memories
+    (id, resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
+     origin, turn_id, message_ids, tool_call_id, version, created_at)
+OVERRIDING SYSTEM VALUE
+SELECT %(fact_id)s, %(resource_id)s, %(session_id)s, 'fact', v.key, v.content, v.content_sha256,
+       v.importance, %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s,
+       (SELECT max(version) + 1 FROM popagent_fact_versions
+        WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s),
+       (SELECT min(valid_from) FROM popagent_fact_versions
+        WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s)
+FROM popagent_fact_versions v
+WHERE v.resource_id = %(resource_id)s AND v.fact_id = %(fact_id)s AND v.version = %(version)s
+RETURNING {MEMORY_COLUMNS}
+"""
+
+# The current facts and episodes a session wrote (its value is the current one).
+LIST_SESSION_MEMORIES = f"""
+SELECT {MEMORY_COLUMNS} FROM popagent_memories
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+ORDER BY updated_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+# Versions a session ended: values it replaced or facts it deleted.
+VERSIONS_ENDED_BY_SESSION = f"""
+SELECT {VERSION_COLUMNS} FROM popagent_fact_versions
+WHERE resource_id = %(resource_id)s AND ended_session_id = %(session_id)s
+ORDER BY valid_to DESC, fact_id DESC
+LIMIT %(limit)s
+"""
+
+
+async def list_versions(conn: Conn, resource_id: str, fact_id: int) -> list[FactVersion]:
+    """The earlier values of fact ``fact_id``, newest first (the current one is not here)."""
+    cur = await conn.execute(LIST_VERSIONS, {"resource_id": resource_id, "fact_id": fact_id})
+    return [row_to_version(r) for r in await cur.fetchall()]
+
+
+async def get_version(
+    conn: Conn, resource_id: str, fact_id: int, version: int
+) -> FactVersion | None:
+    cur = await conn.execute(
+        GET_VERSION, {"resource_id": resource_id, "fact_id": fact_id, "version": version}
+    )
+    row = await cur.fetchone()
+    return row_to_version(row) if row else None
+
+
+async def reinsert_fact(conn: Conn, **params: Any) -> Memory | None:
+    """Bring a deleted fact back with version ``version``'s value; ``None`` if no such version.
+
+    A key or content now taken by another fact is a ``ConflictError``.
+    """
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(REINSERT_FACT, params)
+            row = await cur.fetchone()
+    except psycopg.errors.UniqueViolation as exc:
+        raise conflict_error(exc) from exc
+    return row_to_memory(row) if row else None
+
+
+async def list_session_facts(
+    conn: Conn, resource_id: str, session_id: str, limit: int
+) -> list[Memory]:
+    cur = await conn.execute(
+        LIST_SESSION_MEMORIES,
+        {"resource_id": resource_id, "session_id": session_id, "limit": limit},
+    )
+    return [row_to_memory(r) for r in await cur.fetchall()]
+
+
+async def versions_ended_by_session(
+    conn: Conn, resource_id: str, session_id: str, limit: int
+) -> list[FactVersion]:
+    cur = await conn.execute(
+        VERSIONS_ENDED_BY_SESSION,
+        {"resource_id": resource_id, "session_id": session_id, "limit": limit},
+    )
+    return [row_to_version(r) for r in await cur.fetchall()]
