@@ -23,8 +23,10 @@ import click
 
 from ..access import ALLOWED_HOSTS_ENV, load_token, parse_allowed_hosts, require_token_for
 from ..embed import configured_embedder
+from ..errors import PopagentError
 from ..secrets import SecretCipher, SecretKeyError
 from ..web.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+from ..web.middleware import startup_failure
 from .common import Settings, exit_codes, secret_cipher
 
 __all__ = ["serve_command"]
@@ -58,6 +60,12 @@ log = logging.getLogger("popagent.serve")
     help="Hours between scheduled maintenance runs; 0 turns the schedule off.",
 )
 @click.option(
+    "--workers",
+    envvar="POPAGENT_WORKERS",
+    type=click.IntRange(1, 64),
+    help="Server processes on the one socket (default: one per core). Env: POPAGENT_WORKERS.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -71,6 +79,7 @@ def serve_command(
     token_file: str | None,
     allowed_hosts: tuple[str, ...],
     maintenance_interval: float,
+    workers: int | None,
     log_level: str,
 ) -> None:
     """Serve the management API, the web GUI and chat for this resource.
@@ -82,8 +91,10 @@ def serve_command(
 
     from ..web import create_app
     from ..web.logs import logging_config
+    from .workers import default_workers, parent_cluster, worker_environment
 
     settings: Settings = ctx.obj
+    workers = workers or default_workers()
     with exit_codes():
         token = load_token(token_file)
         require_token_for(host, token)
@@ -112,29 +123,50 @@ def serve_command(
             "with the name or address other machines use",
             host,
         )
-    app = create_app(
-        config,
-        cipher=cipher,
-        database_url=settings.database_url,
-        data_dir=settings.data_dir,
-        embedder=embedder,
-    )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
+    served = {
+        "host": host,
+        "port": port,
+        "log_config": None,  # configured above
+        "access_log": False,
+        "server_header": False,
+        "timeout_graceful_shutdown": 30,
+    }
+    if workers == 1:
+        app = create_app(
+            config,
+            cipher=cipher,
+            database_url=settings.database_url,
+            data_dir=settings.data_dir,
+            embedder=embedder,
+        )
+        _announce(settings.resource_id, url, workers)
+        uvicorn.run(app, **served)  # type: ignore[arg-type]
+        return
+    try:
+        with parent_cluster(settings.database_url, settings.data_dir) as database_url:
+            worker_environment(config, database_url=database_url, log_level=log_level)
+            _announce(settings.resource_id, url, workers)
+            uvicorn.run(
+                "popagent.cli.workers:create_worker_app",
+                factory=True,
+                workers=workers,
+                **served,  # type: ignore[arg-type]
+            )
+    except (PopagentError, OSError) as exc:
+        log.error(startup_failure(exc))
+        raise SystemExit(1) from exc
+
+
+def _announce(resource_id: str, url: str, workers: int) -> None:
     log.info(
-        "popagent serve: resource %s; GUI and API at %s (Ctrl-C stops)",
-        settings.resource_id,
+        "popagent serve: resource %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
+        resource_id,
         url,
-        extra={"resource_id": settings.resource_id, "url": url},
-    )
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_config=None,  # configured above
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=30,
+        workers,
+        "" if workers == 1 else "s",
+        extra={"resource_id": resource_id, "url": url, "workers": workers},
     )
 
 

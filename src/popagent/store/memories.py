@@ -476,7 +476,7 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) touched,
 (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-WHERE m.id = touched.id
+WHERE m.resource_id = %(resource_id)s AND m.id = touched.id
 RETURNING m.id, m.accessed_at, m.access_count
 """
 
@@ -505,8 +505,8 @@ DELETE FROM popagent_memories WHERE kind = 'episode' AND created_at < %(cutoff)s
 DELETE_OVER_CAP_EPISODES = """
 DELETE FROM popagent_memories m
 USING (
-    SELECT id FROM (
-        SELECT id, row_number() OVER (
+    SELECT resource_id, id FROM (
+        SELECT resource_id, id, row_number() OVER (
             PARTITION BY resource_id ORDER BY created_at DESC, id DESC) AS position
         FROM popagent_memories
         WHERE kind = 'episode'
@@ -516,7 +516,7 @@ USING (
     ) ranked
     WHERE position > %(cap)s
 ) doomed
-WHERE m.id = doomed.id
+WHERE m.resource_id = doomed.resource_id AND m.id = doomed.id
 """
 
 # The same two rules for one resource (the management API's "run maintenance now").

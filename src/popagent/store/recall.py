@@ -114,9 +114,8 @@ WITH terms AS MATERIALIZED (
 SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
        length(m.search_vector) AS length,
        {_TERM_FREQUENCIES} AS tf
-FROM hits JOIN popagent_memories m ON m.id = hits.id
-WHERE m.resource_id = %(resource_id)s
-  AND (m.expires_at IS NULL OR m.expires_at > now())  -- an expired fact is never recalled
+FROM hits JOIN popagent_memories m ON m.resource_id = %(resource_id)s AND m.id = hits.id
+WHERE m.expires_at IS NULL OR m.expires_at > now()  -- an expired fact is never recalled
 """
 
 

@@ -1,0 +1,162 @@
+"""``popagent serve --workers N``: several server processes on one socket, one database.
+
+The parent process binds the socket (uvicorn's multiprocess supervisor), owns
+the embedded PostgreSQL when there is no database URL (started once, watched
+and restarted if its postmaster dies, stopped cleanly last), and hands every
+worker the same configuration through one environment variable. Each worker
+is a whole ``create_app`` server: its own pool, model client and, when the
+schedule is on, scheduler.
+
+Invariants:
+- One cluster: workers connect to the parent's server by URL and never start
+  or stop one themselves.
+- One maintenance run at a time: the scheduler runs only in the process that
+  holds its advisory try-lock (``web.scheduler``).
+- One turn at a time per session across processes: the agent takes the
+  session's advisory lock (``store.locks``).
+- A worker never outlives the parent: on Linux it asks the kernel to kill it
+  when the parent dies, so a killed ``serve`` frees its port at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import json
+import logging
+import logging.config
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import FastAPI
+
+from ..embed import configured_embedder
+from ..secrets import SecretCipher, SecretKeyError
+from ..store.database import open_pool
+from ..store.embedded import EmbeddedServer
+from ..web import create_app
+from ..web.config import ServerConfig
+from ..web.logs import logging_config
+from .common import secret_cipher
+
+__all__ = ["WORKER_CONFIG_ENV", "create_worker_app", "default_workers", "parent_cluster"]
+
+log = logging.getLogger("popagent.serve")
+
+#: The configuration the parent hands its workers (JSON; internal).
+WORKER_CONFIG_ENV = "POPAGENT_WORKER_CONFIG"
+#: The PID of the process that started the workers (internal).
+WORKER_PARENT_ENV = "POPAGENT_WORKER_PARENT"
+#: How often the parent checks the embedded postmaster (and a worker its parent).
+WATCH_INTERVAL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_environment(config: ServerConfig, *, database_url: str, log_level: str) -> None:
+    """Put what every worker needs into this process's environment (inherited)."""
+    os.environ[WORKER_CONFIG_ENV] = json.dumps({"config": asdict(config), "log_level": log_level})
+    os.environ[WORKER_PARENT_ENV] = str(os.getpid())
+    os.environ["POPAGENT_DATABASE_URL"] = database_url
+
+
+def _die_with_parent() -> None:
+    """End this worker as soon as its parent is gone.
+
+    Linux's parent-death signal is relative to the parent's *thread* that
+    started the worker, and uvicorn starts replacement workers from wherever
+    it notices a death; so a watchdog thread also checks the parent every
+    ``WATCH_INTERVAL_S`` (a worker whose parent died is re-parented).
+    """
+    # The parent's PID as the parent saw it: a worker still loading when its
+    # parent died is already re-parented by the time it gets here.
+    parent = int(os.environ.get(WORKER_PARENT_ENV, os.getppid()))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_INTERVAL_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="popagent-parent-watch", daemon=True).start()
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one worker process (uvicorn's factory): configured by the parent."""
+    _die_with_parent()
+    payload: dict[str, Any] = json.loads(os.environ[WORKER_CONFIG_ENV])
+    logging.config.dictConfig(logging_config(payload["log_level"]))
+    logging.captureWarnings(True)
+    fields = payload["config"]
+    fields["allowed_hosts"] = tuple(fields["allowed_hosts"])
+    config = ServerConfig(**fields)
+    cipher: SecretCipher | None
+    try:
+        cipher = secret_cipher()  # the parent created the key file if it was missing
+    except SecretKeyError:
+        cipher = None  # the parent already said why
+    return create_app(
+        config,
+        cipher=cipher,
+        database_url=os.environ["POPAGENT_DATABASE_URL"],
+        embedder=configured_embedder(),
+    )
+
+
+@contextmanager
+def parent_cluster(database_url: str | None, data_dir: str | None) -> Iterator[str]:
+    """The database URL the workers share: ``database_url``, or an embedded server
+    started here, watched (restarted when its postmaster dies) and stopped on exit."""
+    if database_url:
+        asyncio.run(_preflight(database_url))
+        yield database_url
+        return
+    server = EmbeddedServer(data_dir)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(WATCH_INTERVAL_S):
+            if server.is_running():
+                continue
+            log.warning("embedded PostgreSQL stopped unexpectedly; restarting it")
+            try:
+                server.restart_if_down()
+            except Exception as exc:  # keep watching whatever the wheel raised
+                log.error("restarting embedded PostgreSQL failed: %s; trying again", exc)
+
+    watcher = threading.Thread(target=watch, name="popagent-postgres-watch", daemon=True)
+    try:
+        asyncio.run(_preflight(server.url))
+        watcher.start()
+        yield server.url
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(timeout=5)
+        server.stop()
+
+
+async def _preflight(url: str) -> None:
+    """Reach and migrate the database once before any worker starts, so that a bad
+    URL or an unreachable server is one clean error here, not N failing workers."""
+    async with open_pool(url, min_size=1, max_size=1):
+        pass
