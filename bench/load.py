@@ -18,9 +18,19 @@ Scenarios, each bounded by a request count and a time limit:
    queue): recall previews at several rates.
 
 Printed per scenario: requests, errors (non-2xx or transport), seconds, req/s,
-latency p50/p95/p99/max in ms, and p95 against the one-client baseline.
+latency p50/p95/p99/max in ms, p95 against the one-client baseline, and
+``cpu_ms/req``: the CPU time the serving processes (every worker, not
+PostgreSQL) spent per request, or for the in-process row this process's own
+CPU per recall: what one recall costs in Python, whatever the machine's load.
 
-    python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300] [--json PATH]
+``--baseline PATH`` (a checkout of an earlier commit, e.g. ``git worktree add
+/tmp/base <commit>``) runs the in-process and recall scenarios of that code
+too, on the same data in the same run (its server with ``PYTHONPATH=PATH/src``),
+for before/after tables; ``--workers 1,2`` serves the current code with each
+worker count (the recall scenarios), to show how throughput scales.
+
+    python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300]
+                         [--baseline PATH] [--workers 1,2] [--json PATH]
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -52,7 +63,7 @@ from latency import add_facts, admin_url, pct, queries, table, turns
 
 RESOURCE = "load-user"
 MEMORIES = 10_000
-COLUMNS = "scenario clients requests errors seconds req/s p50 p95 p99 max p95_vs_1"
+COLUMNS = "code workers scenario clients requests errors seconds req/s p50 p95 p99 max p95_vs_1 cpu_ms/req"
 
 
 @dataclass
@@ -60,6 +71,7 @@ class Tally:
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
+    cpu_s: float | None = None
 
 
 class Connection:
@@ -200,6 +212,7 @@ def row(
         "p99": round(pct(lat, 99), 1),
         "max": round(max(lat), 1),
         "p95_vs_1": f"{p95 / base_p95:.2f}x" if base_p95 else "",
+        "cpu_ms/req": round(tally.cpu_s * 1000 / len(lat), 2) if tally.cpu_s and lat else "",
     }
 
 
@@ -213,24 +226,61 @@ async def load_resource(url: str) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-async def in_process_baseline(url: str, n: int) -> Tally:
-    tally = Tally()
+# Run in a subprocess per source tree, so the baseline's code is measured by the
+# same loop: 30 warm-up recalls, then ``n`` timed ones; prints JSON.
+IN_PROCESS = """
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[3])
+import popagent
+from latency import queries
+async def main():
+    url, n = sys.argv[1], int(sys.argv[2])
     async with popagent.connect(url, max_size=2) as memory:
-        for query, _ in queries("load-baseline", n, n // 10):
+        qs = queries("load-baseline", n + 30, (n + 30) // 10)
+        for query, _ in qs[:30]:
+            await memory.recall("load-user", query)
+        out, cpu = [], time.process_time()
+        for query, _ in qs[30:]:
             began = time.perf_counter()
-            await memory.recall(RESOURCE, query)
-            tally.latencies_ms.append((time.perf_counter() - began) * 1000)
-    return tally
+            await memory.recall("load-user", query)
+            out.append((time.perf_counter() - began) * 1000)
+        print(json.dumps({"latencies_ms": out, "cpu_s": time.process_time() - cpu}))
+asyncio.run(main())
+"""
 
 
-def start_server(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _env(url: str, src: Path | None) -> dict[str, str]:
     env = {**os.environ, "POPAGENT_DATABASE_URL": url}
     env.pop("POPAGENT_MODEL", None)
+    if src is not None:
+        env["PYTHONPATH"] = str(src / "src")
+    return env
+
+
+def in_process_baseline(url: str, n: int, src: Path | None) -> Tally:
+    bench = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, url, str(n), bench],
+        env=_env(url, src),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    return Tally(latencies_ms=data["latencies_ms"], cpu_s=data["cpu_s"])
+
+
+def start_server(
+    url: str, port: int, log: Path, src: Path | None, workers: int | None
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "popagent.cli", "--resource-id", RESOURCE,
         "serve", "--port", str(port), "--maintenance-interval", "0",
     ]  # fmt: skip
-    process = subprocess.Popen(command, env=env, stderr=log.open("wb"))
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    process = subprocess.Popen(command, env=_env(url, src), stderr=log.open("wb"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -248,38 +298,99 @@ def start_server(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("the server did not come up")
 
 
-async def scenarios(args: argparse.Namespace, port: int, url: str) -> list[dict[str, Any]]:
+def server_cpu_s(process: subprocess.Popen[bytes]) -> float:
+    """CPU seconds of the server and its workers so far (not PostgreSQL's)."""
+    total = 0.0
+    root = psutil.Process(process.pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            if "postgres" in p.name():
+                continue
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+async def measured(process: subprocess.Popen[bytes], loop: Any, *args: Any) -> tuple[Tally, float]:
+    """Run a load loop and charge the server's CPU time over it to the tally."""
+    before = server_cpu_s(process)
+    tally, seconds = await loop(*args)
+    tally.cpu_s = server_cpu_s(process) - before
+    return tally, seconds
+
+
+async def recall_scenarios(
+    args: argparse.Namespace, port: int, process: subprocess.Popen[bytes], base: Tally
+) -> tuple[list[dict[str, Any]], float]:
+    """The in-process row, 1-client recall and closed-loop recall; and the 1-client p95."""
     n, clients, limit = args.requests, args.clients, args.limit_s
-    rows: list[dict[str, Any]] = []
-    base = await in_process_baseline(url, 300)
-    rows.append(row("recall in process (no HTTP)", 1, base, sum(base.latencies_ms) / 1000, None))
-    # Warm the server (connections, caches) before measuring it.
+    rows = [row("recall in process (no HTTP)", 1, base, sum(base.latencies_ms) / 1000, None)]
+    # Warm the server (connections, caches, every worker) before measuring it.
     await closed_loop(port, clients, recall_requests(300), limit)
-    one, seconds = await closed_loop(port, 1, recall_requests(300), limit)
+    one, seconds = await measured(process, closed_loop, port, 1, recall_requests(300), limit)
     one_p95 = pct(one.latencies_ms, 95)
     rows.append(row("recall preview, 1 client", 1, one, seconds, one_p95))
+    tally, seconds = await measured(process, closed_loop, port, clients, recall_requests(n), limit)
+    rows.append(row("recall preview, closed loop", clients, tally, seconds, one_p95))
+    return rows, one_p95
+
+
+async def other_scenarios(
+    args: argparse.Namespace, port: int, process: subprocess.Popen[bytes], one_p95: float
+) -> list[dict[str, Any]]:
+    n, clients, limit = args.requests, args.clients, args.limit_s
+    rows: list[dict[str, Any]] = []
 
     def measure(name: str, tally: Tally, seconds: float, k: int = clients) -> None:
         rows.append(row(name, k, tally, seconds, one_p95))
         print(f"  {name}: done ({tally.statuses})", file=sys.stderr)
 
     measure(
-        "recall preview, closed loop", *await closed_loop(port, clients, recall_requests(n), limit)
-    )
-    measure(
         "fact create, closed loop",
-        *await closed_loop(port, clients, create_requests(n, "c"), limit),
+        *await measured(process, closed_loop, port, clients, create_requests(n, "c"), limit),
     )
     mixed: list[Request] = []
     reads, writes = recall_requests(n), create_requests(n // 10 + 1, "m")
     for i in range(n):
         mixed.append(writes[i // 10] if i % 10 == 9 else reads[i])
-    measure("90% recall / 10% create, closed loop", *await closed_loop(port, clients, mixed, limit))
+    measure(
+        "90% recall / 10% create, closed loop",
+        *await measured(process, closed_loop, port, clients, mixed, limit),
+    )
     for rate in args.rates:
         count = min(n, int(rate * limit))
-        tally, seconds = await paced(port, clients, recall_requests(count), rate, limit)
+        tally, seconds = await measured(
+            process, paced, port, clients, recall_requests(count), rate, limit
+        )
         measure(f"recall preview, paced {rate:g}/s", tally, seconds)
     return rows
+
+
+def serve_and_measure(
+    args: argparse.Namespace,
+    url: str,
+    tmp: Path,
+    *,
+    code: str,
+    src: Path | None,
+    workers: int | None,
+    base: Tally,
+    everything: bool,
+) -> list[dict[str, Any]]:
+    port = free_port()
+    shown = "" if workers is None else str(workers)
+    print(f"serving {code} with {shown or 'its default'} workers", file=sys.stderr)
+    server = start_server(url, port, tmp / f"server-{code}-{shown}.log", src, workers)
+    try:
+        rows, one_p95 = asyncio.run(recall_scenarios(args, port, server, base))
+        if everything:
+            rows += asyncio.run(other_scenarios(args, port, server, one_p95))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return [{"code": code, "workers": shown or "1", **r} for r in rows]
 
 
 def main() -> None:
@@ -288,15 +399,18 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--limit-s", type=float, default=60.0, help="time limit per scenario")
     parser.add_argument("--rates", default="50,100,200,300", help="paced rates, requests/s")
+    parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
+    parser.add_argument("--workers", default="1", help="worker counts to serve, e.g. 1,2")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
+    worker_counts = [int(w) for w in args.workers.split(",") if w]
+    rows: list[dict[str, Any]] = []
     with admin_url() as admin, tempfile.TemporaryDirectory() as tmp:
         dbname = f"popagent_load_{os.getpid()}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         url = make_conninfo(admin, dbname=dbname)
-        server: subprocess.Popen[bytes] | None = None
         try:
             began = time.perf_counter()
             asyncio.run(load_resource(url))
@@ -304,13 +418,20 @@ def main() -> None:
                 f"loaded {MEMORIES:,} memories in {time.perf_counter() - began:.1f} s",
                 file=sys.stderr,
             )
-            port = free_port()
-            server = start_server(url, port, Path(tmp) / "server.log")
-            rows = asyncio.run(scenarios(args, port, url))
+            if args.baseline is not None:
+                # The baseline's code has no --workers: it serves one process.
+                old = in_process_baseline(url, 300, args.baseline)
+                rows += serve_and_measure(
+                    args, url, Path(tmp), code="baseline", src=args.baseline,
+                    workers=None, base=old, everything=False,
+                )  # fmt: skip
+            new = in_process_baseline(url, 300, None)
+            for i, workers in enumerate(worker_counts):
+                rows += serve_and_measure(
+                    args, url, Path(tmp), code="current", src=None,
+                    workers=workers, base=new, everything=i == 0,
+                )  # fmt: skip
         finally:
-            if server is not None:
-                server.terminate()
-                server.wait(timeout=60)
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -319,19 +440,49 @@ def main() -> None:
                 )
     table(
         f"popagent serve under load: {MEMORIES:,} memories in one resource; "
-        f"latency in ms; p95_vs_1 = p95 / the 1-client p95",
+        f"latency in ms; p95_vs_1 = p95 / the 1-client p95; cpu_ms/req: server CPU per request",
         COLUMNS,
         rows,
     )
-    recall_rows = [
-        r for r in rows if r["scenario"].startswith("recall preview") and r["clients"] > 1
-    ]
-    print()
-    for r in recall_rows:
-        verdict = "met " if r["p95"] <= 50 and r["errors"] == 0 else "MISS"
-        print(f"  {verdict} {r['scenario']}: p95 {r['p95']} ms <= 50 ms, errors {r['errors']}")
+    summary(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    """Before/after ratios, throughput per core, and the p95 aim."""
+    cores = len(os.sched_getaffinity(0))
+
+    def find(code: str, scenario: str, workers: str = "1") -> dict[str, Any] | None:
+        return next(
+            (
+                r
+                for r in rows
+                if r["code"] == code and r["scenario"] == scenario and r["workers"] == workers
+            ),
+            None,
+        )
+
+    print()
+    for scenario in (
+        "recall in process (no HTTP)",
+        "recall preview, 1 client",
+        "recall preview, closed loop",
+    ):
+        old, new = find("baseline", scenario), find("current", scenario)
+        if old and new and old["cpu_ms/req"] and new["cpu_ms/req"]:
+            print(
+                f"  {scenario}: cpu {old['cpu_ms/req']} -> {new['cpu_ms/req']} ms/req "
+                f"({old['cpu_ms/req'] / new['cpu_ms/req']:.2f}x less), "
+                f"p95 {old['p95']} -> {new['p95']} ms, req/s {old['req/s']} -> {new['req/s']}"
+            )
+    for r in rows:
+        if r["code"] == "current" and r["scenario"] == "recall preview, closed loop":
+            print(
+                f"  {r['workers']} worker(s): {r['req/s']} req/s on {cores} cores = "
+                f"{r['req/s'] / cores:.0f} req/s per core; p95 {r['p95']} ms "
+                f"({'met ' if r['p95'] <= 50 and r['errors'] == 0 else 'MISS'} p95 <= 50 ms)"
+            )
 
 
 if __name__ == "__main__":

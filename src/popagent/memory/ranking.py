@@ -142,9 +142,13 @@ def idf(documents: int, frequency: int) -> float:
 
 
 class _TextScorer:
-    """BM25 of one query over one resource: IDFs and their total computed once per recall."""
+    """BM25 of one query over one resource: IDFs and their total computed once per recall.
 
-    __slots__ = ("avg", "b", "idfs", "k1", "lexemes", "total")
+    Recall scores every candidate with it, so the loop is written for speed; the
+    arithmetic (and so every score, to the last bit) is the plain formula's.
+    """
+
+    __slots__ = ("avg", "b", "idfs", "k1", "k1_plus_1", "lexemes", "total")
 
     def __init__(self, stats: CorpusStats, weights: RankingWeights) -> None:
         self.lexemes = len(stats.document_frequency)
@@ -152,12 +156,14 @@ class _TextScorer:
         self.total = sum(self.idfs.values())
         self.avg = stats.average_length if stats.average_length > 0 else 1.0
         self.k1, self.b = weights.bm25_k1, weights.bm25_b
+        self.k1_plus_1 = self.k1 + 1.0
 
     def __call__(self, candidate: Candidate) -> float:
+        idfs = self.idfs
         matched = [
-            (self.idfs[lex], tf)
+            (idfs[lex], tf)
             for lex, tf in candidate.term_frequency.items()
-            if tf > 0 and lex in self.idfs
+            if tf > 0 and lex in idfs
         ]
         if not matched:
             return 0.0
@@ -165,14 +171,15 @@ class _TextScorer:
             # Every query term is everywhere: fall back to plain coverage.
             return len(matched) / self.lexemes
         norm = self.k1 * (1.0 - self.b + self.b * candidate.length / self.avg)
-        score = sum(w * tf * (self.k1 + 1.0) / (tf + norm) for w, tf in matched)
+        k1_plus_1 = self.k1_plus_1
+        score = sum(w * tf * k1_plus_1 / (tf + norm) for w, tf in matched)
         return min(1.0, score / self.total)
 
 
 class _TrigramScorer:
     """Fuzzy, IDF-weighted coverage of one query's lexemes (see the module docstring)."""
 
-    __slots__ = ("neighbours", "total", "weights")
+    __slots__ = ("neighbours", "terms", "total", "weights")
 
     def __init__(self, stats: CorpusStats) -> None:
         self.neighbours = stats.neighbours
@@ -187,20 +194,25 @@ class _TrigramScorer:
             # Every query term is everywhere: weigh them equally.
             self.weights = dict.fromkeys(self.weights, 1.0)
             self.total = float(len(self.weights))
+        # (lexeme, weight, its look-alikes as (lexeme, similarity)), once per recall.
+        self.terms = [
+            (lex, weight, tuple((n.lexeme, n.similarity) for n in self.neighbours.get(lex, ())))
+            for lex, weight in self.weights.items()
+        ]
 
     def __call__(self, candidate: Candidate) -> float:
-        if not self.weights:
+        if not self.terms:
             return 0.0
         tf = candidate.term_frequency
         covered = 0.0
-        for lex, weight in self.weights.items():
+        for lex, weight, near in self.terms:
             if tf.get(lex, 0) > 0:
                 covered += weight
                 continue
-            best = max(
-                (n.similarity for n in self.neighbours.get(lex, ()) if tf.get(n.lexeme, 0) > 0),
-                default=0.0,
-            )
+            best = 0.0
+            for lexeme, similarity in near:
+                if similarity > best and tf.get(lexeme, 0) > 0:
+                    best = similarity
             covered += weight * best
         return min(1.0, covered / self.total)
 
@@ -223,6 +235,11 @@ def recency_score(updated_at: datetime, now: datetime, half_life_days: float) ->
     if age_days <= 0:
         return 1.0
     return float(0.5 ** (age_days / half_life_days))
+
+
+#: One signal before it becomes a ``ScoreComponent``: (name, value, weight). Ranking
+#: builds components only for the results it returns, not for every candidate.
+_Signal = tuple[str, float, float]
 
 
 def rank(
@@ -248,40 +265,39 @@ def rank(
     trigram_of = _TrigramScorer(stats)
     # (text, trigram, similarity or None) of each candidate with some evidence.
     relevant: list[tuple[Candidate, float, float, float | None]] = []
+    min_trigram, min_similarity = weights.min_trigram, weights.min_similarity
     for cand in candidates:
         text = text_score(cand)
         trigram = trigram_of(cand)
         similarity = cand.similarity if semantic else None
-        lexical = text > 0.0 or trigram > weights.min_trigram
-        if not lexical and (similarity is None or similarity < weights.min_similarity):
+        lexical = text > 0.0 or trigram > min_trigram
+        if not lexical and (similarity is None or similarity < min_similarity):
             continue
         relevant.append((cand, text, trigram, similarity))
     relevance = _relevance(relevant, weights, semantic)
-    scored: list[tuple[float, bool, datetime, int, tuple[ScoreComponent, ...], Candidate]] = []
+    half_life = weights.recency_half_life_days
+    scored: list[tuple[float, bool, datetime, int, tuple[_Signal, ...], Candidate]] = []
     for (cand, *_signals), parts in zip(relevant, relevance, strict=True):
         memory = cand.memory
-        components = (
+        is_fact = memory.kind == "fact"
+        signals = (
             *parts,
-            ScoreComponent("importance", memory.importance, weights.importance),
-            ScoreComponent(
-                "recency",
-                recency_score(memory.updated_at, now, weights.recency_half_life_days),
-                weights.recency,
-            ),
-            ScoreComponent("fact", 1.0 if memory.kind == "fact" else 0.0, weights.fact),
+            ("importance", memory.importance, weights.importance),
+            ("recency", recency_score(memory.updated_at, now, half_life), weights.recency),
+            ("fact", 1.0 if is_fact else 0.0, weights.fact),
         )
         if window is not None:
-            components += (
-                ScoreComponent("time", time_score(memory.created_at, window), weights.time),
-            )
-        score = sum(c.value * c.weight for c in components)
-        scored.append(
-            (score, memory.kind == "fact", memory.updated_at, memory.id, components, cand)
-        )
+            signals += (("time", time_score(memory.created_at, window), weights.time),)
+        score = sum(value * weight for _name, value, weight in signals)
+        scored.append((score, is_fact, memory.updated_at, memory.id, signals, cand))
     scored.sort(key=lambda s: (s[0], s[1], s[2], s[3]), reverse=True)
     return [
-        RecallResult(memory=cand.memory, score=score, components=components)
-        for score, _fact, _updated, _id, components, cand in scored[:limit]
+        RecallResult(
+            memory=cand.memory,
+            score=score,
+            components=tuple(ScoreComponent(*signal) for signal in signals),
+        )
+        for score, _fact, _updated, _id, signals, cand in scored[:limit]
     ]
 
 
@@ -299,14 +315,12 @@ def _relevance(
     relevant: Sequence[tuple[Candidate, float, float, float | None]],
     weights: RankingWeights,
     semantic: bool,
-) -> list[tuple[ScoreComponent, ...]]:
-    """The relevance components of each candidate, in order (see the module docstring)."""
+) -> list[tuple[_Signal, ...]]:
+    """The relevance signals of each candidate, in order (see the module docstring)."""
     if not semantic:
+        text_weight, trigram_weight = weights.text, weights.trigram
         return [
-            (
-                ScoreComponent("text", text, weights.text),
-                ScoreComponent("trigram", tri, weights.trigram),
-            )
+            (("text", text, text_weight), ("trigram", tri, trigram_weight))
             for _cand, text, tri, _sim in relevant
         ]
     sims = [sim for *_rest, sim in relevant if sim is not None]
@@ -315,17 +329,17 @@ def _relevance(
         0.0 if sim is None else (sim - low) / (high - low) if high > low else 1.0
         for *_rest, sim in relevant
     ]
-    raw = [
-        ScoreComponent("similarity", sim if sim is not None else 0.0, 0.0) for *_r, sim in relevant
+    raw: list[_Signal] = [
+        ("similarity", sim if sim is not None else 0.0, 0.0) for *_r, sim in relevant
     ]
     if weights.fusion == "blend":
         lexical_share = 1.0 - weights.semantic_share
         vector_weight = (weights.text + weights.trigram) * weights.semantic_share
         return [
             (
-                ScoreComponent("text", text, weights.text * lexical_share),
-                ScoreComponent("trigram", tri, weights.trigram * lexical_share),
-                ScoreComponent("vector", vector, vector_weight),
+                ("text", text, weights.text * lexical_share),
+                ("trigram", tri, weights.trigram * lexical_share),
+                ("vector", vector, vector_weight),
                 similarity,
             )
             for (_cand, text, tri, _sim), vector, similarity in zip(
@@ -341,15 +355,15 @@ def _relevance(
         ]
     )
     best = 2.0 / (weights.rrf_k + 1.0)
-    out: list[tuple[ScoreComponent, ...]] = []
+    out: list[tuple[_Signal, ...]] = []
     for i, (_cand, text, tri, _sim) in enumerate(relevant):
         fused = sum(1.0 / (weights.rrf_k + r[i]) for r in (lexical_rank, vector_rank) if r[i])
         out.append(
             (
-                ScoreComponent("fused", fused / best, weights.text + weights.trigram),
-                ScoreComponent("text", text, 0.0),
-                ScoreComponent("trigram", tri, 0.0),
-                ScoreComponent("vector", vectors[i], 0.0),
+                ("fused", fused / best, weights.text + weights.trigram),
+                ("text", text, 0.0),
+                ("trigram", tri, 0.0),
+                ("vector", vectors[i], 0.0),
                 raw[i],
             )
         )

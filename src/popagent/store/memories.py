@@ -21,6 +21,7 @@ from .database import Conn
 
 __all__ = [
     "MEMORY_COLUMNS",
+    "MEMORY_WIDTH",
     "cleanup",
     "conflict_error",
     "delete_expired_episodes",
@@ -38,6 +39,7 @@ __all__ = [
     "provenance_params",
     "row_to_memory",
     "touch_accessed",
+    "tuple_to_memory",
     "update_fact",
     "upsert_fact_by_hash",
     "upsert_fact_by_key",
@@ -72,6 +74,22 @@ def row_to_memory(row: dict[str, Any]) -> Memory:
         expires_at=row["expires_at"],
         version=row["version"],
     )
+
+
+#: How many leading columns of a row are ``MEMORY_COLUMNS``.
+MEMORY_WIDTH = len(MEMORY_COLUMNS.split(","))
+
+
+def tuple_to_memory(row: Sequence[Any]) -> Memory:
+    """``row_to_memory`` for a tuple row starting with ``MEMORY_COLUMNS``, in order.
+
+    Recall decodes every candidate it ranks, so this skips the dict row and its
+    lookups (the columns and the dataclass fields share one order).
+    """
+    return Memory(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9],
+        row[10], row[11], row[12], row[13], tuple(row[14] or ()), row[15], row[16], row[17],
+    )  # fmt: skip
 
 
 def provenance_params(provenance: Provenance | None) -> dict[str, Any]:

@@ -27,11 +27,14 @@ whose keys name the resource, plus an explicit ``resource_id`` filter.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from psycopg.rows import tuple_row
 
 from ..models import Candidate, CorpusStats, Neighbour
 from .database import Conn
-from .memories import MEMORY_COLUMNS, row_to_memory
+from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 
 __all__ = [
     "CANDIDATE_BUDGET",
@@ -208,14 +211,24 @@ async def candidates(
     params = candidate_parameters(resource_id, stats, idfs, pool)
     if params is None:
         return []
-    cur = await conn.execute(LEXICAL_CANDIDATES, params)
-    return [_to_candidate(row) for row in await cur.fetchall()]
+    # Tuple rows: the candidate rows are the hot loop of recall's decoding.
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(LEXICAL_CANDIDATES, params)
+        return [_to_candidate(row) for row in await cur.fetchall()]
 
 
-def _to_candidate(row: dict[str, Any]) -> Candidate:
-    pairs = (item.rpartition(":") for item in row["tf"])
+def term_frequencies(items: Sequence[str]) -> dict[str, int]:
+    """``{lexeme: count}`` from the ``lexeme:count`` strings the candidate SQL returns."""
+    out = {}
+    for item in items:
+        lexeme, _, count = item.rpartition(":")
+        out[lexeme] = int(count)
+    return out
+
+
+def _to_candidate(row: tuple[Any, ...]) -> Candidate:
     return Candidate(
-        memory=row_to_memory(row),
-        term_frequency={lex: int(count) for lex, _, count in pairs},
-        length=int(row["length"]),
+        memory=tuple_to_memory(row),
+        term_frequency=term_frequencies(row[MEMORY_WIDTH + 1]),
+        length=row[MEMORY_WIDTH],
     )

@@ -25,11 +25,13 @@ from typing import Any
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from ..embed.protocol import Vectors
 from ..models import Candidate
 from .database import Conn
-from .memories import MEMORY_COLUMNS, row_to_memory
+from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
+from .recall import term_frequencies
 
 __all__ = [
     "DELETE_MEMORY_VECTORS",
@@ -335,23 +337,23 @@ async def nearest(
         params["rows"] = limit * 2
         async with conn.transaction():
             await conn.execute(HNSW_SETTINGS, {"ef_search": str(max(HNSW_EF_SEARCH, limit * 2))})
-            cur = await conn.execute(_hnsw_statement(dimensions), params)
-            rows = await cur.fetchall()
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(_hnsw_statement(dimensions), params)
+                rows = await cur.fetchall()
         if len(rows) >= limit:
             return _ordered(rows)
-    cur = await conn.execute(EXACT_NEAREST, params)
-    return _ordered(await cur.fetchall())
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(EXACT_NEAREST, params)
+        return _ordered(await cur.fetchall())
 
 
-def _ordered(rows: list[dict[str, Any]]) -> list[Candidate]:
+def _ordered(rows: list[tuple[Any, ...]]) -> list[Candidate]:
     out = [
         Candidate(
-            memory=row_to_memory(row),
-            term_frequency={
-                lex: int(count) for lex, _, count in (i.rpartition(":") for i in row["tf"])
-            },
-            length=int(row["length"]),
-            similarity=float(row["similarity"]),
+            memory=tuple_to_memory(row),
+            term_frequency=term_frequencies(row[MEMORY_WIDTH + 1]),
+            length=row[MEMORY_WIDTH],
+            similarity=float(row[MEMORY_WIDTH + 2]),
         )
         for row in rows
     ]
