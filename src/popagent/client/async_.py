@@ -1,0 +1,484 @@
+"""``AsyncClient``: the asyncio client of ``popagent serve``'s JSON API (one ``httpx.AsyncClient``).
+
+Every method is one request (the ``iter_*`` helpers one per page) and returns
+popagent's own values (``Memory``, ``RecallResult``, ``Session``, ``Message``)
+or the small frozen values of ``popagent.client.shapes``. Errors are
+popagent's (``popagent.client.errors``). The resource is the server's: no
+method takes a ``resource_id``. A client is safe to share between tasks
+(``httpx.AsyncClient`` is, within one event loop); ``await aclose()`` it, or use
+it as an async context manager. Method for method the same as ``Client``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from ..models import Kind, MaintenanceReport, Memory, Message, Session
+from . import calls
+from ._base import (
+    DEFAULT_CHAT_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    ClientConfig,
+    SseReader,
+    chat_event,
+    finish,
+    transport_error,
+)
+from .calls import UNSET, Call, Unset
+from .errors import error_from_response
+from .shapes import (
+    ChatDelta,
+    ChatReply,
+    FactHistory,
+    Health,
+    ItemPage,
+    MessagePage,
+    Observations,
+    Page,
+    PurgeReport,
+    RecallPreview,
+    RevertReport,
+    ServerInfo,
+    SessionItem,
+    SessionWrites,
+    Settings,
+)
+
+__all__ = ["AsyncClient", "apaged"]
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """An asyncio client of one ``popagent serve``.
+
+    ``token`` is the server's bearer token (``None``: send none; a loopback
+    server without a token needs none). It is never read from the environment
+    behind your back; :meth:`from_env` does that on request. ``timeout`` bounds
+    connecting and each read of a call, ``chat_timeout`` the wait for a chat
+    reply (or, streamed, between two pieces of it).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        chat_timeout: float = DEFAULT_CHAT_TIMEOUT_S,
+    ) -> None:
+        self.config = ClientConfig.make(base_url, token, timeout, chat_timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.config.base_url,
+            headers=self.config.headers(),
+            timeout=self.config.timeout(),
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        base_url: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        chat_timeout: float = DEFAULT_CHAT_TIMEOUT_S,
+    ) -> AsyncClient:
+        """A client configured as the server is: ``POPAGENT_URL`` (default
+        ``http://127.0.0.1:8787``) and ``POPAGENT_TOKEN`` or ``POPAGENT_TOKEN_FILE``."""
+        config = ClientConfig.from_env(base_url, env, timeout, chat_timeout)
+        return cls(config.base_url, token=config.token, timeout=timeout, chat_timeout=chat_timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self.config.base_url
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.base_url!r}, token={'set' if self.config.token else None})"
+
+    async def _run(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                timeout=self.config.timeout_for(call),
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(call, self.base_url, exc) from exc
+        return finish(call, response.status_code, response.content)
+
+    # --- memories, facts, episodes -------------------------------------------------------------
+
+    async def list_memories(
+        self,
+        *,
+        kind: Kind | None = None,
+        key: str | None = None,
+        text: str | None = None,
+        session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[Memory]:
+        """One page of facts and episodes, newest first, filtered as given."""
+        return await self._run(
+            calls.list_memories(
+                kind=kind,
+                key=key,
+                text=text,
+                session_id=session_id,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                offset=offset,
+            )
+        )
+
+    def iter_memories(
+        self,
+        *,
+        kind: Kind | None = None,
+        key: str | None = None,
+        text: str | None = None,
+        session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Memory]:
+        """Every memory :meth:`list_memories` finds, page by page (offset paging: a
+        memory written meanwhile can shift one into the next page or out of it)."""
+        return apaged(
+            lambda offset: self.list_memories(
+                kind=kind,
+                key=key,
+                text=text,
+                session_id=session_id,
+                created_after=created_after,
+                created_before=created_before,
+                limit=page_size,
+                offset=offset,
+            )
+        )
+
+    async def get_memory(self, id: int) -> Memory:
+        return await self._run(calls.get_memory(id))
+
+    async def list_facts(
+        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
+    ) -> Page[Memory]:
+        return await self._run(calls.list_facts(key=key, text=text, limit=limit, offset=offset))
+
+    def iter_facts(
+        self, *, key: str | None = None, text: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[Memory]:
+        return apaged(
+            lambda offset: self.list_facts(key=key, text=text, limit=page_size, offset=offset)
+        )
+
+    async def create_fact(
+        self,
+        content: str,
+        *,
+        key: str | None = None,
+        importance: float = 0.5,
+        expires_at: datetime | None = None,
+    ) -> Memory:
+        """Strict create: a taken ``key`` or an identical keyless fact is a ``ConflictError``.
+        ``expires_at`` (time-zone aware, in the future) ends the fact then."""
+        return await self._run(
+            calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
+        )
+
+    async def get_fact(self, id: int) -> Memory:
+        return await self._run(calls.get_fact(id))
+
+    async def update_fact(
+        self,
+        id: int,
+        *,
+        content: str | Unset = UNSET,
+        key: str | Unset | None = UNSET,
+        importance: float | Unset = UNSET,
+        expires_at: datetime | Unset | None = UNSET,
+    ) -> Memory:
+        """Change what is given; ``key=None`` removes the fact's key and
+        ``expires_at=None`` its expiry. The replaced value is kept as a version."""
+        return await self._run(
+            calls.update_fact(
+                id, content=content, key=key, importance=importance, expires_at=expires_at
+            )
+        )
+
+    async def delete_fact(self, id: int, *, purge: bool = False) -> None:
+        """Delete the fact; its last value stays in its history (restorable) unless
+        ``purge``, which removes every version too."""
+        await self._run(calls.delete_fact(id, purge=purge))
+
+    async def fact_history(self, id: int) -> FactHistory:
+        """The fact as it stands (``current``, ``None`` once deleted or expired) and
+        every earlier value, newest first; ``NotFoundError`` once purged."""
+        return await self._run(calls.fact_history(id))
+
+    async def restore_fact(self, id: int, version: int) -> Memory:
+        """Make ``version`` (from :meth:`fact_history`) current again; a deleted fact
+        comes back under its id. ``NotFoundError`` for an unknown version,
+        ``ConflictError`` when its key or content is now another fact's."""
+        return await self._run(calls.restore_fact(id, version))
+
+    async def list_episodes(
+        self,
+        *,
+        text: str | None = None,
+        session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[Memory]:
+        return await self._run(
+            calls.list_episodes(
+                text=text,
+                session_id=session_id,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                offset=offset,
+            )
+        )
+
+    def iter_episodes(
+        self,
+        *,
+        text: str | None = None,
+        session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Memory]:
+        return apaged(
+            lambda offset: self.list_episodes(
+                text=text,
+                session_id=session_id,
+                created_after=created_after,
+                created_before=created_before,
+                limit=page_size,
+                offset=offset,
+            )
+        )
+
+    async def get_episode(self, id: int) -> Memory:
+        return await self._run(calls.get_episode(id))
+
+    async def delete_episode(self, id: int) -> None:
+        await self._run(calls.delete_episode(id))
+
+    async def recall(self, query: str, *, limit: int = 8) -> RecallPreview:
+        """What a turn would recall for ``query`` (a preview: access stats stay as they were)."""
+        return await self._run(calls.recall(query, limit=limit))
+
+    async def cleanup(
+        self, *, confirm: bool, kind: Kind | None = None, older_than: datetime | None = None
+    ) -> int:
+        """Delete long-term memory for good (all, or of ``kind``/before ``older_than``);
+        the number deleted. The server refuses unless ``confirm`` is ``True``."""
+        return await self._run(calls.cleanup(confirm=confirm, kind=kind, older_than=older_than))
+
+    async def purge(self, *, confirm: bool) -> PurgeReport:
+        """Delete everything of the server's resource (memories with their history,
+        sessions, messages, observations, settings, secrets, audit rows), then vacuum.
+        The server refuses unless ``confirm`` is ``True``."""
+        return await self._run(calls.purge(confirm=confirm))
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def list_sessions(self, *, limit: int = 50, offset: int = 0) -> Page[Session]:
+        """One page of sessions, most recently active first."""
+        return await self._run(calls.list_sessions(limit=limit, offset=offset))
+
+    def iter_sessions(self, *, page_size: int = 100) -> AsyncIterator[Session]:
+        return apaged(lambda offset: self.list_sessions(limit=page_size, offset=offset))
+
+    async def get_session(self, session_id: str) -> Session:
+        return await self._run(calls.get_session(session_id))
+
+    async def rename_session(self, session_id: str, title: str | None) -> Session:
+        """Set the session's title (``None`` removes it)."""
+        return await self._run(calls.rename_session(session_id, title))
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session, its messages and observations (long-term memory stays)."""
+        await self._run(calls.delete_session(session_id))
+
+    async def list_messages(
+        self, session_id: str, *, after_id: int | None = None, limit: int = 100
+    ) -> MessagePage:
+        """A page of the session's exact history, oldest first."""
+        return await self._run(calls.list_messages(session_id, after_id=after_id, limit=limit))
+
+    async def iter_messages(
+        self, session_id: str, *, page_size: int = 100
+    ) -> AsyncIterator[Message]:
+        """The session's whole history, oldest first, page by page."""
+        after: int | None = None
+        while True:
+            page = await self.list_messages(session_id, after_id=after, limit=page_size)
+            for message in page.items:
+                yield message
+            if page.next_after_id is None:
+                return
+            after = page.next_after_id
+
+    async def observations(self, session_id: str) -> Observations:
+        return await self._run(calls.observations(session_id))
+
+    async def session_writes(self, session_id: str) -> SessionWrites:
+        """What the session wrote to long-term memory that still stands, and the fact
+        values it replaced or deleted (an unknown session has none)."""
+        return await self._run(calls.session_writes(session_id))
+
+    async def revert_session(self, session_id: str, *, confirm: bool) -> RevertReport:
+        """Undo the session's long-term writes in one transaction (every undone value
+        stays in its fact's history). The server refuses unless ``confirm`` is ``True``."""
+        return await self._run(calls.revert_session(session_id, confirm=confirm))
+
+    # --- framework session items ---------------------------------------------------------------
+
+    async def list_items(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        limit: int = 100,
+        last: int | None = None,
+    ) -> ItemPage:
+        """A page of the session's items, oldest first, after ``after_id``; with
+        ``last``, the newest ``last`` items instead (and no next page)."""
+        return await self._run(
+            calls.list_items(session_id, after_id=after_id, limit=limit, last=last)
+        )
+
+    async def iter_items(
+        self, session_id: str, *, page_size: int = 100
+    ) -> AsyncIterator[SessionItem]:
+        """Every item of the session, oldest first, page by page."""
+        after: int | None = None
+        while True:
+            page = await self.list_items(session_id, after_id=after, limit=page_size)
+            for item in page.items:
+                yield item
+            if page.next_after_id is None:
+                return
+            after = page.next_after_id
+
+    async def add_items(
+        self, session_id: str, items: Sequence[Mapping[str, Any]]
+    ) -> tuple[int, ...]:
+        """Append items (1 to 1,000 JSON objects), all or none; the id each is stored
+        as, in order. Creates the session; credentials in items are redacted."""
+        return await self._run(calls.add_items(session_id, items))
+
+    async def pop_item(self, session_id: str) -> dict[str, Any] | None:
+        """Remove and return the newest item (``None`` when the session has none)."""
+        return await self._run(calls.pop_item(session_id))
+
+    async def clear_items(self, session_id: str) -> None:
+        """Remove every item and the session's thread-scoped state; the session stays."""
+        await self._run(calls.clear_items(session_id))
+
+    async def chat(self, session_id: str, message: str) -> ChatReply:
+        """One agent turn; a session that does not exist yet is started by it."""
+        return await self._run(calls.chat(session_id, message))
+
+    async def chat_stream(
+        self, session_id: str, message: str
+    ) -> AsyncGenerator[ChatDelta | ChatReply, None]:
+        """One agent turn, streamed: ``ChatDelta`` pieces as the model writes, then the
+        ``ChatReply``. A failure mid-turn is raised as the whole-answer call raises it.
+        Leaving the loop early closes the connection once the generator is closed
+        (``contextlib.aclosing``); the turn still runs to its end
+        on the server."""
+        call = calls.chat(session_id, message)
+        try:
+            async with self._http.stream(
+                call.method,
+                call.path,
+                json=call.json,
+                headers={"accept": "text/event-stream"},
+                timeout=self.config.timeout_for(call),
+            ) as response:
+                if response.status_code not in call.ok:
+                    raise error_from_response(
+                        response.status_code, await response.aread(), call.what
+                    )
+                reader = SseReader()
+                async for line in response.aiter_lines():
+                    event = reader.feed(line)
+                    value = None if event is None else chat_event(call, event)
+                    if value is not None:
+                        yield value
+                        if isinstance(value, ChatReply):
+                            return
+        except httpx.HTTPError as exc:
+            raise transport_error(call, self.base_url, exc) from exc
+        raise transport_error(call, self.base_url, httpx.RemoteProtocolError("stream ended early"))
+
+    # --- settings and system --------------------------------------------------------------------
+
+    async def get_settings(self) -> Settings:
+        return await self._run(calls.read_settings())
+
+    async def update_settings(self, changes: Mapping[str, Any]) -> Settings:
+        """Change settings by name, all or nothing; ``None`` turns off what can be off."""
+        return await self._run(calls.update_settings(changes))
+
+    async def reset_settings(self) -> Settings:
+        return await self._run(calls.reset_settings())
+
+    async def info(self) -> ServerInfo:
+        return await self._run(calls.info())
+
+    async def health(self) -> Health:
+        """``/healthz``: a server whose database is away answers ``status="unavailable"``."""
+        return await self._run(calls.health())
+
+    async def maintain(self) -> MaintenanceReport:
+        """Run retention maintenance now for the server's resource."""
+        return await self._run(calls.maintain())
+
+
+async def apaged(fetch: Callable[[int], Awaitable[Page[T]]]) -> AsyncIterator[T]:
+    """Every item of the pages ``await fetch(offset)`` returns, from offset 0 to the last."""
+    offset: int | None = 0
+    while offset is not None:
+        page = await fetch(offset)
+        for item in page.items:
+            yield item
+        offset = page.next_offset

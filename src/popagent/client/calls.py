@@ -1,0 +1,332 @@
+"""Every API route as a :class:`Call`: method, path, query, body, and how to read the answer.
+
+Both clients run the same calls (``Client`` blocking, ``AsyncClient`` on the
+event loop), so a route is written once here and exposed by one small method
+in each client. Builders do no I/O and send arguments as given: the server
+validates them and names the field at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from ..models import Kind, MaintenanceReport, Memory, Session
+from . import shapes
+from .shapes import (
+    ChatReply,
+    FactHistory,
+    Health,
+    ItemPage,
+    MessagePage,
+    Observations,
+    Page,
+    PurgeReport,
+    RecallPreview,
+    RevertReport,
+    ServerInfo,
+    SessionWrites,
+    Settings,
+)
+
+__all__ = ["UNSET", "Call", "Unset"]
+
+T = TypeVar("T")
+
+
+class Unset:
+    """The type of :data:`UNSET`: a PATCH field left out (``None`` may mean "clear")."""
+
+    _instance: Unset | None = None
+
+    def __new__(cls) -> Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = Unset()
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and the reader of its success body.
+
+    ``ok`` lists the statuses that are success; ``parse`` reads the JSON body of
+    one (``None`` for a 204). ``accept_errors`` lists error statuses whose body is
+    still a valid answer (``/healthz``'s 503).
+    """
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    params: Mapping[str, Any] | None = None
+    json: Any = None
+    ok: tuple[int, ...] = (200,)
+    accept_errors: tuple[int, ...] = field(default=())
+    chat: bool = False
+
+    @property
+    def what(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def _seg(value: str | int) -> str:
+    # Ids are free text: quote everything, including "/".
+    return quote(str(value), safe="")
+
+
+def _query(**values: Any) -> dict[str, Any]:
+    """Query parameters without the ones left at ``None``; datetimes in ISO 8601."""
+    return {
+        name: value.isoformat() if isinstance(value, datetime) else value
+        for name, value in values.items()
+        if value is not None
+    }
+
+
+# --- memories, facts, episodes ---------------------------------------------------------------
+
+
+def list_memories(
+    *,
+    kind: Kind | None,
+    key: str | None,
+    text: str | None,
+    session_id: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+    offset: int,
+) -> Call[Page[Memory]]:
+    params = _query(
+        kind=kind,
+        key=key,
+        text=text,
+        session_id=session_id,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        offset=offset,
+    )
+    return Call("GET", "/api/memories", shapes.parse_memory_page, params=params)
+
+
+def get_memory(id: int) -> Call[Memory]:
+    return Call("GET", f"/api/memories/{_seg(id)}", shapes.parse_memory)
+
+
+def list_facts(*, key: str | None, text: str | None, limit: int, offset: int) -> Call[Page[Memory]]:
+    params = _query(key=key, text=text, limit=limit, offset=offset)
+    return Call("GET", "/api/facts", shapes.parse_memory_page, params=params)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def create_fact(
+    content: str, *, key: str | None, importance: float, expires_at: datetime | None
+) -> Call[Memory]:
+    body: dict[str, Any] = {"content": content, "importance": importance}
+    if key is not None:
+        body["key"] = key
+    if expires_at is not None:
+        body["expires_at"] = expires_at.isoformat()
+    return Call("POST", "/api/facts", shapes.parse_memory, json=body, ok=(201,))
+
+
+def get_fact(id: int) -> Call[Memory]:
+    return Call("GET", f"/api/facts/{_seg(id)}", shapes.parse_memory)
+
+
+def update_fact(
+    id: int,
+    *,
+    content: str | Unset,
+    key: str | Unset | None,
+    importance: float | Unset,
+    expires_at: datetime | Unset | None,
+) -> Call[Memory]:
+    body: dict[str, Any] = {
+        name: value
+        for name, value in (("content", content), ("key", key), ("importance", importance))
+        if not isinstance(value, Unset)
+    }
+    if not isinstance(expires_at, Unset):
+        body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
+    return Call("PATCH", f"/api/facts/{_seg(id)}", shapes.parse_memory, json=body)
+
+
+def delete_fact(id: int, *, purge: bool) -> Call[None]:
+    # The route takes exactly "true" or "false"; leaving it out is "false".
+    params = {"purge": "true"} if purge else None
+    return Call("DELETE", f"/api/facts/{_seg(id)}", _none, params=params, ok=(204,))
+
+
+def fact_history(id: int) -> Call[FactHistory]:
+    return Call("GET", f"/api/facts/{_seg(id)}/versions", shapes.parse_fact_history)
+
+
+def restore_fact(id: int, version: int) -> Call[Memory]:
+    path = f"/api/facts/{_seg(id)}/restore"
+    return Call("POST", path, shapes.parse_memory, json={"version": version})
+
+
+def list_episodes(
+    *,
+    text: str | None,
+    session_id: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+    offset: int,
+) -> Call[Page[Memory]]:
+    params = _query(
+        text=text,
+        session_id=session_id,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        offset=offset,
+    )
+    return Call("GET", "/api/episodes", shapes.parse_memory_page, params=params)
+
+
+def get_episode(id: int) -> Call[Memory]:
+    return Call("GET", f"/api/episodes/{_seg(id)}", shapes.parse_memory)
+
+
+def delete_episode(id: int) -> Call[None]:
+    return Call("DELETE", f"/api/episodes/{_seg(id)}", _none, ok=(204,))
+
+
+def recall(query: str, *, limit: int) -> Call[RecallPreview]:
+    body = {"query": query, "limit": limit}
+    return Call("POST", "/api/recall", shapes.parse_recall_preview, json=body)
+
+
+def _deleted(data: Any) -> int:
+    return int(data["deleted"])
+
+
+def cleanup(*, confirm: bool, kind: Kind | None, older_than: datetime | None) -> Call[int]:
+    body: dict[str, Any] = {"confirm": confirm}
+    if kind is not None:
+        body["kind"] = kind
+    if older_than is not None:
+        body["older_than"] = older_than.isoformat()
+    return Call("POST", "/api/cleanup", _deleted, json=body)
+
+
+def purge(*, confirm: bool) -> Call[PurgeReport]:
+    return Call("POST", "/api/purge", shapes.parse_purge, json={"confirm": confirm})
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def list_sessions(*, limit: int, offset: int) -> Call[Page[Session]]:
+    params = _query(limit=limit, offset=offset)
+    return Call("GET", "/api/sessions", shapes.parse_session_page, params=params)
+
+
+def get_session(session_id: str) -> Call[Session]:
+    return Call("GET", f"/api/sessions/{_seg(session_id)}", shapes.parse_session)
+
+
+def rename_session(session_id: str, title: str | None) -> Call[Session]:
+    path = f"/api/sessions/{_seg(session_id)}"
+    return Call("PATCH", path, shapes.parse_session, json={"title": title})
+
+
+def delete_session(session_id: str) -> Call[None]:
+    return Call("DELETE", f"/api/sessions/{_seg(session_id)}", _none, ok=(204,))
+
+
+def list_messages(session_id: str, *, after_id: int | None, limit: int) -> Call[MessagePage]:
+    path = f"/api/sessions/{_seg(session_id)}/messages"
+    params = _query(after_id=after_id, limit=limit)
+    return Call("GET", path, shapes.parse_message_page, params=params)
+
+
+def observations(session_id: str) -> Call[Observations]:
+    path = f"/api/sessions/{_seg(session_id)}/observations"
+    return Call("GET", path, shapes.parse_observations)
+
+
+def session_writes(session_id: str) -> Call[SessionWrites]:
+    path = f"/api/sessions/{_seg(session_id)}/writes"
+    return Call("GET", path, shapes.parse_session_writes)
+
+
+def revert_session(session_id: str, *, confirm: bool) -> Call[RevertReport]:
+    path = f"/api/sessions/{_seg(session_id)}/revert"
+    return Call("POST", path, shapes.parse_revert, json={"confirm": confirm})
+
+
+def list_items(
+    session_id: str, *, after_id: int | None, limit: int, last: int | None
+) -> Call[ItemPage]:
+    path = f"/api/sessions/{_seg(session_id)}/items"
+    # With ``last`` the route ignores paging; send only what applies.
+    params = _query(last=last) if last is not None else _query(after_id=after_id, limit=limit)
+    return Call("GET", path, shapes.parse_item_page, params=params)
+
+
+def add_items(session_id: str, items: Sequence[Mapping[str, Any]]) -> Call[tuple[int, ...]]:
+    path = f"/api/sessions/{_seg(session_id)}/items"
+    body = {"items": [dict(item) for item in items]}
+    return Call("POST", path, shapes.parse_item_ids, json=body, ok=(201,))
+
+
+def pop_item(session_id: str) -> Call[dict[str, Any] | None]:
+    path = f"/api/sessions/{_seg(session_id)}/items/last"
+    return Call("DELETE", path, shapes.parse_popped_item)
+
+
+def clear_items(session_id: str) -> Call[None]:
+    path = f"/api/sessions/{_seg(session_id)}/items"
+    return Call("DELETE", path, _none, ok=(204,))
+
+
+def chat(session_id: str, message: str) -> Call[ChatReply]:
+    path = f"/api/sessions/{_seg(session_id)}/chat"
+    return Call("POST", path, shapes.parse_chat_reply, json={"message": message}, chat=True)
+
+
+# --- settings and system ----------------------------------------------------------------------
+
+
+def read_settings() -> Call[Settings]:
+    return Call("GET", "/api/settings", shapes.parse_settings)
+
+
+def update_settings(changes: Mapping[str, Any]) -> Call[Settings]:
+    return Call("PATCH", "/api/settings", shapes.parse_settings, json=dict(changes))
+
+
+def reset_settings() -> Call[Settings]:
+    return Call("POST", "/api/settings/reset", shapes.parse_settings)
+
+
+def info() -> Call[ServerInfo]:
+    return Call("GET", "/api/info", shapes.parse_info)
+
+
+def health() -> Call[Health]:
+    return Call("GET", "/healthz", shapes.parse_health, accept_errors=(503,))
+
+
+def maintain() -> Call[MaintenanceReport]:
+    return Call("POST", "/api/maintenance", shapes.parse_maintenance)

@@ -1,0 +1,114 @@
+"""How the client turns an HTTP answer it did not want into popagent's errors.
+
+The server's error body is ``{"error": ..., "message": ..., "field": ...}``
+(``popagent.web.errors``). Answers with a popagent meaning become the same
+exception the library raises: 422 ``ValidationError`` naming the server's
+field, 404 ``NotFoundError``, 409 ``ConflictError``, 502 ``TurnFailedError``.
+Everything the library has no class for is a :class:`ClientError` whose
+message says in one sentence what happened: :class:`TransportError` (no
+answer at all), :class:`UnauthorizedError` (401), :class:`ServerError` (any
+other 5xx; a 503 for the database is also a ``DatabaseError``) and
+:class:`ClientError` itself for the rest (400, 408, 413, 421, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import (
+    ConflictError,
+    DatabaseError,
+    NotFoundError,
+    PopagentError,
+    TurnFailedError,
+    ValidationError,
+)
+
+__all__ = [
+    "ClientError",
+    "DatabaseUnavailableError",
+    "ServerError",
+    "TransportError",
+    "UnauthorizedError",
+    "error_from_body",
+    "error_from_response",
+]
+
+
+class ClientError(PopagentError):
+    """The server could not be used for this request; ``str()`` is one sentence.
+
+    ``status`` is the HTTP status (``None`` when no answer came) and ``error``
+    the server's error code (``None`` when it sent no error body).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, error: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error = error
+
+
+class TransportError(ClientError):
+    """No answer: the server could not be reached, or the request timed out."""
+
+
+class UnauthorizedError(ClientError):
+    """401: no bearer token, or the wrong one."""
+
+
+class ServerError(ClientError):
+    """A 5xx the library has no error class for (the server failed or is unavailable)."""
+
+
+class DatabaseUnavailableError(ServerError, DatabaseError):
+    """503 ``database_unavailable``: the server is up but cannot reach its database."""
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def error_from_body(status: int, body: Any, what: str) -> PopagentError:
+    """The exception for an error answer: ``status`` and its JSON ``body`` (anything
+    else when it was not JSON) to the request ``what`` (``"GET /api/info"``)."""
+    fields = body if isinstance(body, dict) else {}
+    code = _text(fields.get("error"))
+    message = _text(fields.get("message"))
+    field = _text(fields.get("field"))
+    if status == 422 and code == "validation_error":
+        field = field or "body"
+        text = message or "invalid value"
+        # The server writes "field: message"; ValidationError adds the prefix itself.
+        if text.startswith(f"{field}: "):
+            text = text[len(field) + 2 :]
+        return ValidationError(field, text)
+    if status == 404 and message is not None:
+        return NotFoundError(message)
+    if status == 409:
+        return ConflictError(message or f"{what} conflicts with what the server holds")
+    if status == 502 and code == "model_failed":
+        return TurnFailedError(message or "the model failed")
+    detail = message or "no error message"
+    sentence = f"{what} answered {status} {code or 'error'}: {detail}"
+    if status == 401:
+        return UnauthorizedError(
+            f"{what} answered 401: the server needs the right bearer token ({detail})",
+            status=status,
+            error=code,
+        )
+    if status == 503 and code == "database_unavailable":
+        return DatabaseUnavailableError(sentence, status=status, error=code)
+    if status >= 500:
+        return ServerError(sentence, status=status, error=code)
+    return ClientError(sentence, status=status, error=code)
+
+
+def error_from_response(status: int, content: bytes, what: str) -> PopagentError:
+    """:func:`error_from_body` for raw response bytes (JSON or not)."""
+    try:
+        body: Any = json.loads(content)
+    except ValueError:
+        body = {"message": content[:200].decode("utf-8", "replace").strip() or None}
+    return error_from_body(status, body, what)
