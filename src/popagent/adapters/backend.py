@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..memory.longterm import LongTermMemory
 from ..memory.render import DEFAULT_BUDGET, render
-from ..models import Memory, RecallResult, RememberResult
+from ..models import Memory, Provenance, RecallResult, RememberResult
 
 __all__ = ["LocalBackend", "MemoryBackend"]
 
@@ -42,6 +43,7 @@ class MemoryBackend(Protocol):
         key: str | None = None,
         importance: float = 0.5,
         session_id: str | None = None,
+        expires_at: datetime | None = None,
     ) -> RememberResult: ...
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]: ...
@@ -61,6 +63,8 @@ class LocalBackend:
 
     memory: LongTermMemory
     resource_id: str
+    #: The provenance origin of this backend's writes (the adapter's name).
+    origin: str = "library"
 
     async def remember(
         self,
@@ -69,9 +73,16 @@ class LocalBackend:
         key: str | None = None,
         importance: float = 0.5,
         session_id: str | None = None,
+        expires_at: datetime | None = None,
     ) -> RememberResult:
         return await self.memory.remember(
-            self.resource_id, content, key=key, importance=importance, session_id=session_id
+            self.resource_id,
+            content,
+            key=key,
+            importance=importance,
+            session_id=session_id,
+            expires_at=expires_at,
+            provenance=Provenance(origin=self.origin),
         )
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]:
