@@ -1,0 +1,445 @@
+"""The records of the export format (docs/export-format.md): writing them and checking them.
+
+``to_line`` turns one exported row into its JSON line; ``check_record`` turns
+one parsed line back into the values an import writes, applying the rules of
+today's write paths (``popagent.memory.validation``, the thread store's
+checks): fact content and keys are normalized and a credential in them is
+refused; message and episode text has its credentials redacted, as when it
+was first written. Each check raises ``ValidationError`` naming the field;
+``popagent.portable.importer`` adds the line number.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import unicodedata
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from ..checks import check_id, check_text, is_blank
+from ..credentials import redact_credentials
+from ..errors import ValidationError
+from ..memory.longterm import sha256_hex
+from ..memory.validation import (
+    ASSISTANT_TEXT_CAP,
+    USER_TEXT_CAP,
+    check_importance,
+    check_provenance,
+    normalize_fact_content,
+    normalize_key,
+)
+from ..models import ORIGINS, Provenance, Role, TurnStatus, VersionEnd
+from ..observe.settings import MemorySettings
+from ..threads.items import _check_item
+from ..threads.items import _screen as _screen_item
+from ..threads.service import (
+    MESSAGE_CAP,
+    _check_json_object,
+    _check_parts,
+    _check_title,
+    _screen_part,
+)
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "RECORD_TYPES",
+    "check_header",
+    "check_record",
+    "header",
+    "now",
+    "to_line",
+]
+
+FORMAT = "popagent-export"
+FORMAT_VERSION = 1
+#: Every record type, in the order an export writes them.
+RECORD_TYPES = (
+    "settings",
+    "session",
+    "turn",
+    "message",
+    "observation_log",
+    "observation_group",
+    "observation_actor",
+    "fact",
+    "fact_version",
+    "episode",
+    "secret",
+)
+#: An episode is "User: ...\nAssistant: ..." with both sides capped.
+EPISODE_CAP = USER_TEXT_CAP + ASSISTANT_TEXT_CAP + len("User: \nAssistant: ")
+ACTOR_CAP = 512
+_BIGINT_MAX = 2**63 - 1
+_SECRET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
+
+
+def to_line(record_type: str, row: dict[str, Any]) -> str:
+    """One record as its JSON line (without the newline): ``type`` first, then the row."""
+    record = {"type": record_type, **{k: _json_value(v) for k, v in row.items()}}
+    if record_type in ("fact", "fact_version", "episode"):
+        record["message_ids"] = list(record.get("message_ids") or [])
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def header(resource_id: str, exported_at: datetime, popagent_version: str) -> str:
+    return json.dumps(
+        {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "resource_id": resource_id,
+            "exported_at": exported_at.isoformat(),
+            "popagent_version": popagent_version,
+        },
+        ensure_ascii=False,
+    )
+
+
+# --- field checks ---------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _get(obj: dict[str, Any], name: str, optional: bool) -> Any:
+    value = obj.get(name, _MISSING)
+    if value is _MISSING or value is None:
+        if optional:
+            return None
+        raise ValidationError(name, "is required")
+    return value
+
+
+def _int(obj: dict[str, Any], name: str, *, low: int = 1, optional: bool = False) -> Any:
+    value = _get(obj, name, optional)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _BIGINT_MAX:
+        raise ValidationError(name, f"must be an integer from {low} to {_BIGINT_MAX}")
+    return value
+
+
+def _ids(obj: dict[str, Any], name: str, cap: int | None = None) -> list[int]:
+    value = obj.get(name) or []
+    if not isinstance(value, list) or (cap is not None and len(value) > cap):
+        limit = f" of at most {cap}" if cap is not None else ""
+        raise ValidationError(name, f"must be a list{limit} of positive integers")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= _BIGINT_MAX:
+            raise ValidationError(name, "must be a list of positive integers")
+    return value
+
+
+def _text(obj: dict[str, Any], name: str, *, optional: bool = False, cap: int | None = None) -> Any:
+    value = _get(obj, name, optional)
+    if value is None:
+        return None
+    text = check_text(name, value)
+    if cap is not None and len(text) > cap:
+        raise ValidationError(name, f"must be at most {cap:,} characters")
+    return text
+
+
+def _session(obj: dict[str, Any], name: str = "session_id", optional: bool = False) -> Any:
+    value = _get(obj, name, optional)
+    return None if value is None else check_id(name, value)
+
+
+def _time(obj: dict[str, Any], name: str, *, optional: bool = False) -> Any:
+    value = _get(obj, name, optional)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(name, "must be an ISO-8601 time string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(name, "must be an ISO-8601 time with a UTC offset") from None
+    if parsed.tzinfo is None:
+        raise ValidationError(name, "must carry a UTC offset (e.g. +00:00)")
+    return parsed
+
+
+def _choice(obj: dict[str, Any], name: str, choices: tuple[str, ...]) -> str:
+    value = _get(obj, name, False)
+    if value not in choices:
+        raise ValidationError(name, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _bytes(obj: dict[str, Any], name: str) -> bytes:
+    value = _get(obj, name, False)
+    if not isinstance(value, str):
+        raise ValidationError(name, "must be base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(name, "must be base64 text") from None
+
+
+def _provenance(obj: dict[str, Any]) -> dict[str, Any]:
+    origin = _text(obj, "origin")
+    checked = check_provenance(
+        Provenance(
+            origin=origin,
+            turn_id=_int(obj, "turn_id", optional=True),
+            message_ids=tuple(_ids(obj, "message_ids", 64)),
+            tool_call_id=_text(obj, "tool_call_id", optional=True),
+        )
+    )
+    return {
+        "origin": checked.origin,
+        "turn_id": checked.turn_id,
+        "message_ids": list(checked.message_ids),
+        "tool_call_id": checked.tool_call_id,
+    }
+
+
+def _fact_value(obj: dict[str, Any]) -> dict[str, Any]:
+    """The value fields a fact and a fact version share, normalized as a write would."""
+    content = normalize_fact_content(_get(obj, "content", False))
+    return {
+        "key": normalize_key(obj.get("key")),
+        "content": content,
+        "sha": sha256_hex(content),
+        "importance": check_importance(_get(obj, "importance", False)),
+        "expires_at": _time(obj, "expires_at", optional=True),
+        "session_id": _session(obj, optional=True),
+        **_provenance(obj),
+    }
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+def _settings(obj: dict[str, Any]) -> dict[str, Any]:
+    values = _check_json_object("settings", _get(obj, "settings", False))
+    if isinstance(values.get("forward_attachments"), list):
+        values["forward_attachments"] = tuple(values["forward_attachments"])
+    return {"settings": MemorySettings(**values)}
+
+
+def _session_record(obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "session_id": _session(obj),
+        "title": _check_title(obj.get("title")),
+        "metadata": _check_json_object("metadata", obj.get("metadata") or {}),
+        "created_at": _time(obj, "created_at"),
+        "updated_at": _time(obj, "updated_at"),
+    }
+
+
+def _turn(obj: dict[str, Any]) -> dict[str, Any]:
+    status = _choice(obj, "status", get_args(TurnStatus))
+    ended_at = _time(obj, "ended_at", optional=True)
+    if (status == "running") != (ended_at is None):
+        raise ValidationError("ended_at", "is set exactly when the turn is not running")
+    return {
+        "session_id": _session(obj),
+        "turn_id": _int(obj, "turn_id"),
+        "status": status,
+        "started_at": _time(obj, "started_at"),
+        "ended_at": ended_at,
+    }
+
+
+def _message(obj: dict[str, Any]) -> dict[str, Any]:
+    parts = obj.get("parts") or []
+    if not isinstance(parts, list):
+        raise ValidationError("parts", "must be a list of objects")
+    content = _text(obj, "content", cap=MESSAGE_CAP) if obj.get("content") is not None else ""
+    role = _choice(obj, "role", get_args(Role))
+    checked = _check_parts(parts)
+    if role == "user" and not checked and is_blank(content):
+        raise ValidationError("content", "must not be empty in a user message without parts")
+    return {
+        "session_id": _session(obj),
+        "id": _int(obj, "id"),
+        "turn_id": _int(obj, "turn_id", optional=True),
+        "role": role,
+        "content": redact_credentials(content)[0],
+        "parts": [_screen_part(p) for p in checked],
+        "item": _item(obj.get("item")),
+        "created_at": _time(obj, "created_at"),
+    }
+
+
+def _item(value: object) -> dict[str, Any] | None:
+    """A framework's own record of the message (migration 0013), screened as
+    ``SessionItems`` screens it."""
+    if value is None:
+        return None
+    try:
+        checked = _check_item(0, value)
+    except ValidationError as exc:
+        raise ValidationError("item", exc.message) from None
+    screened: dict[str, Any] = _screen_item(checked)
+    return screened
+
+
+def _observation_log(obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "session_id": _session(obj),
+        "id": _int(obj, "id"),
+        "generation": _int(obj, "generation", low=0),
+        "origin": _choice(obj, "origin", ("observation", "reflection")),
+        "observations": redact_credentials(_text(obj, "observations", cap=MESSAGE_CAP))[0],
+        "observation_tokens": _int(obj, "observation_tokens", low=0),
+        "last_observed_message_id": _int(obj, "last_observed_message_id", optional=True),
+        "covered_group_ids": _ids(obj, "covered_group_ids"),
+        "next_reflection_tokens": _int(obj, "next_reflection_tokens", low=0),
+        "created_at": _time(obj, "created_at"),
+        "updated_at": _time(obj, "updated_at"),
+    }
+
+
+def _observation_group(obj: dict[str, Any]) -> dict[str, Any]:
+    first, last = _int(obj, "first_message_id"), _int(obj, "last_message_id")
+    if last < first:
+        raise ValidationError("last_message_id", "must not be below first_message_id")
+    return {
+        "session_id": _session(obj),
+        "id": _int(obj, "id"),
+        "log_id": _int(obj, "log_id"),
+        "kind": _choice(obj, "kind", ("observation", "reflection")),
+        "status": _choice(obj, "status", ("active", "buffered")),
+        "first_message_id": first,
+        "last_message_id": last,
+        "observations": redact_credentials(_text(obj, "observations", cap=MESSAGE_CAP))[0],
+        "observation_tokens": _int(obj, "observation_tokens", low=0),
+        "message_tokens": _int(obj, "message_tokens", low=0),
+        "created_at": _time(obj, "created_at"),
+    }
+
+
+def _observation_actor(obj: dict[str, Any]) -> dict[str, Any]:
+    actor = _text(obj, "actor", cap=ACTOR_CAP)
+    if is_blank(actor):
+        raise ValidationError("actor", "must not be empty")
+    return {"session_id": _session(obj), "actor": actor, "recorded_at": _time(obj, "recorded_at")}
+
+
+def _fact(obj: dict[str, Any]) -> dict[str, Any]:
+    # An expiry already past is kept: the fact was exported before maintenance
+    # ended it; recall skips it and maintenance ends it here as it would have there.
+    return {
+        "id": _int(obj, "id"),
+        **_fact_value(obj),
+        "version": _int(obj, "version"),
+        "created_at": _time(obj, "created_at"),
+        "updated_at": _time(obj, "updated_at"),
+    }
+
+
+def _fact_version(obj: dict[str, Any]) -> dict[str, Any]:
+    valid_from, valid_to = _time(obj, "valid_from"), _time(obj, "valid_to")
+    if valid_to < valid_from:
+        raise ValidationError("valid_to", "must not be before valid_from")
+    ended_origin = _choice(obj, "ended_origin", ORIGINS)
+    return {
+        "fact_id": _int(obj, "fact_id"),
+        "version": _int(obj, "version"),
+        **_fact_value(obj),
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+        "ended": _choice(obj, "ended", get_args(VersionEnd)),
+        "ended_origin": ended_origin,
+        "ended_session_id": _session(obj, "ended_session_id", optional=True),
+    }
+
+
+def _episode(obj: dict[str, Any]) -> dict[str, Any]:
+    text = unicodedata.normalize("NFC", _text(obj, "content", cap=EPISODE_CAP)).strip()
+    if is_blank(text):
+        raise ValidationError("content", "must not be empty")
+    content = redact_credentials(text)[0]
+    return {
+        "id": _int(obj, "id"),
+        "session_id": _session(obj, optional=True),
+        "content": content,
+        "sha": sha256_hex(content),
+        "importance": check_importance(_get(obj, "importance", False)),
+        **_provenance(obj),
+        "created_at": _time(obj, "created_at"),
+    }
+
+
+def _secret(obj: dict[str, Any]) -> dict[str, Any]:
+    name = _text(obj, "name")
+    if not _SECRET_NAME.fullmatch(name):
+        raise ValidationError("name", "must be a letter then up to 63 of [A-Za-z0-9_.-]")
+    nonce = _bytes(obj, "nonce")
+    if len(nonce) != 12:
+        raise ValidationError("nonce", "must be 12 bytes")
+    key_id = _text(obj, "key_id")
+    if not _KEY_ID.fullmatch(key_id):
+        raise ValidationError("key_id", "must be 16 lower-case hex digits")
+    return {
+        "name": name,
+        "ciphertext": _bytes(obj, "ciphertext"),
+        "nonce": nonce,
+        "key_id": key_id,
+        "created_at": _time(obj, "created_at"),
+        "updated_at": _time(obj, "updated_at"),
+        "last_used_at": _time(obj, "last_used_at", optional=True),
+        "expires_at": _time(obj, "expires_at", optional=True),
+    }
+
+
+_CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "settings": _settings,
+    "session": _session_record,
+    "turn": _turn,
+    "message": _message,
+    "observation_log": _observation_log,
+    "observation_group": _observation_group,
+    "observation_actor": _observation_actor,
+    "fact": _fact,
+    "fact_version": _fact_version,
+    "episode": _episode,
+    "secret": _secret,
+}
+
+
+def check_record(obj: object) -> tuple[str, dict[str, Any]]:
+    """``(type, values)`` of one parsed line; ``ValidationError`` naming the field."""
+    if not isinstance(obj, dict):
+        raise ValidationError("record", "must be a JSON object")
+    record_type = obj.get("type")
+    if record_type not in _CHECKS:
+        raise ValidationError("type", f"must be one of {', '.join(RECORD_TYPES)}")
+    return str(record_type), _CHECKS[str(record_type)](obj)
+
+
+def check_header(obj: object) -> str:
+    """The exported resource ID of a header line; ``ValidationError`` naming the field."""
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ValidationError("format", f"the first line must be a header with format {FORMAT!r}")
+    version = obj.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValidationError("version", "must be a positive integer")
+    if version > FORMAT_VERSION:
+        raise ValidationError(
+            "version",
+            f"is {version}; this popagent reads version {FORMAT_VERSION} (upgrade popagent)",
+        )
+    return check_id("resource_id", obj.get("resource_id"))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
