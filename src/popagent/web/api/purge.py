@@ -1,0 +1,34 @@
+"""``POST /api/purge``: remove everything of the server's resource.
+
+The route acts on the server's own resource (the body has no room for another:
+unknown fields are refused) and only with ``{"confirm": true}``, the JSON
+boolean. It deletes what cleanup does and everything else of the resource too:
+sessions, messages, observations, settings, secrets and audit rows; then it
+vacuums the emptied tables. MCP has no such tool: a model must never be able
+to purge.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ..schemas import ErrorOut, PurgeOut, PurgeRequest
+from ..services import services
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api", tags=["memories"], responses={422: {"model": ErrorOut}})
+
+
+@router.post("/purge", response_model=PurgeOut, summary="Purge everything of the resource")
+async def purge(request: Request, body: PurgeRequest) -> PurgeOut:
+    """Delete every row of the server's resource in every table, in one transaction,
+    then ``VACUUM`` the tables it deleted from. ``confirm`` must be ``true``."""
+    s = services(request)
+    report = await s.memory.purge(s.resource_id)
+    return PurgeOut(
+        deleted=dict(report.deleted),
+        total=report.total,
+        vacuumed=list(report.vacuumed),
+        vacuum_error=report.vacuum_error,
+    )
