@@ -839,11 +839,38 @@ def mcp_cases() -> list[McpCase]:
     int_slot("list_episodes", {}, "limit", 1, 1_000_000)
     int_slot("get_episode", {}, "id", 1, 2**63 - 1)
     int_slot("forget_fact", {}, "id", 1, 2**63 - 1)
-    for tool in ("remember", "recall", "list_facts", "forget_fact", "list_episodes", "get_episode"):
-        for unknown in ("resource_id", "resourceId", "session_id", "__proto__"):
-            base: dict[str, Any] = {"remember": {"content": "x"}, "recall": {"query": "x"}}.get(
-                tool, {}
+    # No hostile text is an ISO 8601 time with a zone still ahead: each is refused.
+    for v in [*_text_values(64), *NOT_TEXT, Hostile("past", "2001-01-01T00:00:00Z", True)]:
+        cases.append(
+            McpCase(
+                f"mcp remember expires_at={v.name}",
+                "remember",
+                {"content": "Likes tea", "expires_at": v.value},
+                REFUSE,
+                "expires_at",
             )
+        )
+    int_slot("fact_history", {}, "id", 1, 2**63 - 1)
+    int_slot("restore_fact", {"version": 1}, "id", 1, 2**63 - 1)
+    int_slot("restore_fact", {"id": 1}, "version", 1, 2**31 - 1)
+    tools = (
+        "remember",
+        "recall",
+        "list_facts",
+        "forget_fact",
+        "fact_history",
+        "restore_fact",
+        "list_episodes",
+        "get_episode",
+    )
+    bases: dict[str, dict[str, Any]] = {
+        "remember": {"content": "x"},
+        "recall": {"query": "x"},
+        "restore_fact": {"id": 1, "version": 1},
+    }
+    for tool in tools:
+        for unknown in ("resource_id", "resourceId", "session_id", "__proto__"):
+            base = bases.get(tool, {})
             cases.append(
                 McpCase(
                     f"mcp {tool} unknown {unknown}",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 import popagent
 from popagent.agent import (
+    SUPERVISOR_GUIDANCE,
     Agent,
     AuditHook,
     AuditLog,
@@ -19,8 +21,10 @@ from popagent.agent import (
     check_arguments,
 )
 from popagent.agent.remember import REMEMBER_SPEC
-from popagent.errors import TurnFailedError
+from popagent.agent.turn import recorded_call_id
+from popagent.errors import TurnFailedError, ValidationError
 from popagent.llm import OpenAIChatModel
+from popagent.models import Provenance
 from popagent.secrets import SecretStore
 from popagent.threads import ThreadStore
 from tests.agent_support import CountingTool, offered_tools, tool_results
@@ -154,6 +158,53 @@ async def test_validation_beyond_the_schema_is_the_write_paths_own(
     ]
 
 
+async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    refusal = (
+        "Refused, nothing was stored: expires_at: must be an ISO 8601 time with a time zone, "
+        "e.g. 2030-06-30T18:00:00+00:00"
+    )
+    cases = [
+        ("2030-06-30", refusal),  # no time zone
+        ("next friday", refusal),
+        ("2001-01-01T00:00:00Z", "Refused, nothing was stored: expires_at: must be in the future"),
+    ]
+    for n, (value, expected) in enumerate(cases):
+        scripted.script(
+            CallTools([("remember", {"content": "In Lisbon", "expires_at": value})]), Reply("Hm.")
+        )
+        result = await Agent(memory, threads, chat_model).run_turn(resource, f"s{n}", "I'm away")
+        assert result.tool_calls == (ToolCallRecord("remember", "refused"),), value
+        assert tool_results(scripted.requests[-1]) == [expected], value
+    assert await memory.list_facts(resource) == []
+
+    scripted.script(
+        CallTools(
+            [
+                (
+                    "remember",
+                    {"content": "In Lisbon", "key": "trip", "expires_at": "2099-06-30T18:00+02:00"},
+                )
+            ]
+        ),
+        Reply("Noted."),
+    )
+    await Agent(memory, threads, chat_model).run_turn(resource, "s9", "I'm in Lisbon until June")
+    (fact,) = await memory.list_facts(resource)
+    assert fact.expires_at == datetime(2099, 6, 30, 16, tzinfo=UTC)
+    assert tool_results(scripted.requests[-1]) == [
+        f"Stored: created fact #{fact.id} with key 'trip', expiring 2099-06-30T16:00:00+00:00: "
+        "In Lisbon"
+    ]
+    assert REMEMBER_SPEC.parameters["properties"]["expires_at"]["type"] == "string"
+    assert "expires_at" in SUPERVISOR_GUIDANCE
+
+
 async def test_unknown_tool_and_invalid_json_become_results_not_failures(
     memory: popagent.LongTermMemory,
     threads: ThreadStore,
@@ -261,7 +312,12 @@ async def test_secret_tools_are_offered_only_with_a_secret_store(
     remember_spec = scripted.requests[0]["tools"][0]["function"]
     assert remember_spec["parameters"]["additionalProperties"] is False
     assert remember_spec["parameters"]["required"] == ["content"]
-    assert set(remember_spec["parameters"]["properties"]) == {"content", "key", "importance"}
+    assert set(remember_spec["parameters"]["properties"]) == {
+        "content",
+        "key",
+        "importance",
+        "expires_at",
+    }
 
 
 async def test_tool_runner_works_outside_a_turn(
@@ -273,6 +329,16 @@ async def test_tool_runner_works_outside_a_turn(
     assert outcome.outcome == "ok"
     (fact,) = await memory.list_facts(resource)
     assert (fact.content, fact.session_id) == ("Speaks Dutch", None)
+    # Outside a turn there is no turn, message or call to name: origin agent alone.
+    assert (fact.origin, fact.turn_id, fact.message_ids, fact.tool_call_id) == (
+        "agent",
+        None,
+        (),
+        None,
+    )
+    with pytest.raises(ValidationError) as caught:
+        ToolContext(resource, None, memory, provenance=Provenance(origin="elsewhere"))
+    assert caught.value.field == "origin"
     parsed = await runner.call(ctx, "remember", {"content": "Speaks Dutch"})
     assert parsed.text.startswith("Unchanged:")
     await runner.drain()
@@ -281,12 +347,21 @@ async def test_tool_runner_works_outside_a_turn(
     assert {r.session_id for r in rows} == {None}
 
 
+def test_a_tool_call_id_no_write_could_record_is_left_out() -> None:
+    assert recorded_call_id("call_0") == "call_0"
+    assert recorded_call_id("x" * 256) == "x" * 256
+    for unusable in ("", "x" * 257, "a\x00b", "\ud800"):
+        assert recorded_call_id(unusable) is None, repr(unusable)
+
+
 def test_check_arguments_names_the_argument_never_the_value() -> None:
     schema = REMEMBER_SPEC.parameters
     assert check_arguments(schema, {"content": "x"}) is None
     assert check_arguments(schema, {"content": "x", "importance": 0}) is None
     problem = check_arguments(schema, {"content": "x", "password": "hunter22"})
-    assert problem == "unknown argument 'password' (this tool accepts: content, key, importance)"
+    assert problem == (
+        "unknown argument 'password' (this tool accepts: content, key, importance, expires_at)"
+    )
     assert check_arguments(schema, {"content": "x", "importance": float("nan")}) == (
         "argument 'importance' must be a finite number"
     )

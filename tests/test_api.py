@@ -11,9 +11,11 @@ def test_all_is_exactly_the_public_api() -> None:
     # Submodules are importable, not part of the API.
     modules = {
         "access",
+        "adapters",
         "agent",
         "checks",
         "cli",
+        "client",
         "credentials",
         "connection",
         "embed",
@@ -23,6 +25,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "memory",
         "models",
         "observe",
+        "portable",
         "secrets",
         "store",
         "threads",

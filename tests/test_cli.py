@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 import popagent
 from popagent.cli import main
+from popagent.models import Provenance
 
 
 @pytest.fixture
@@ -114,6 +115,114 @@ def test_episodes_cleanup_and_maintain(cli: CliRunner, database_url: str, res: s
     assert out.exit_code == 0 and "deleted 1 memories" in out.output
     out = invoke(cli, database_url, res, "maintain")
     assert out.exit_code == 0 and "expired" in out.output
+
+
+def test_history_restore_purge_and_expiry(cli: CliRunner, database_url: str, res: str) -> None:
+    out = invoke(cli, database_url, res, "remember", "Prefers dark mode", "--key", "ui.theme")
+    fact_id = out.output.split()[-1]
+    invoke(cli, database_url, res, "remember", "Prefers light mode", "--key", "ui.theme")
+    shown = json.loads(invoke(cli, database_url, res, "facts", "show", fact_id).output)
+    assert (shown["origin"], shown["version"], shown["expires_at"]) == ("cli", 2, None)
+
+    out = invoke(cli, database_url, res, "facts", "history", "UI.Theme")
+    assert out.exit_code == 0, out.output
+    current, line, v1 = out.output.splitlines()
+    assert current.startswith("current  v2 since ") and "from origin=cli session=-" in current
+    assert "Prefers light mode" in line
+    assert v1.startswith("v1 ") and " → " in v1 and "updated by cli  origin=cli session=-" in v1
+    assert v1.endswith("key=ui.theme  Prefers dark mode")
+    data = json.loads(invoke(cli, database_url, res, "facts", "history", fact_id, "--json").output)
+    assert data["fact"]["content"] == "Prefers light mode"
+    assert [(v["version"], v["content"], v["ended"]) for v in data["versions"]] == [
+        (1, "Prefers dark mode", "updated")
+    ]
+
+    # Expiry: set, shown, cleared; a bad or past one is refused naming it, writing nothing.
+    out = invoke(
+        cli, database_url, res, "facts", "edit", fact_id, "--expires-at", "2099-06-30T12:00+02:00"
+    )
+    assert out.output == f"updated fact {fact_id} (version 3)\n"
+    shown = json.loads(invoke(cli, database_url, res, "facts", "show", fact_id).output)
+    assert shown["expires_at"] == "2099-06-30T10:00:00+00:00"
+    assert "expires=2099-06-30 10:00" in invoke(cli, database_url, res, "facts", "list").output
+    for value, needle in (("soon", "--expires-at"), ("2001-01-01", "expires_at")):
+        out = invoke(cli, database_url, res, "facts", "edit", fact_id, "--expires-at", value)
+        assert out.exit_code == 2 and needle in out.output, out.output
+        out = invoke(cli, database_url, res, "remember", "Away", "--expires-at", value)
+        assert out.exit_code == 2 and needle in out.output, out.output
+    both = invoke(
+        cli,
+        database_url,
+        res,
+        "facts",
+        "edit",
+        fact_id,
+        "--expires-at",
+        "2099-01-01",
+        "--no-expiry",
+    )
+    assert both.exit_code == 2 and "expires_at" in both.output
+    assert invoke(cli, database_url, res, "facts", "edit", fact_id, "--no-expiry").exit_code == 0
+    shown = json.loads(invoke(cli, database_url, res, "facts", "show", fact_id).output)
+    assert (shown["expires_at"], shown["version"]) == (None, 4)
+    out = invoke(cli, database_url, res, "facts", "add", "In Rome", "--expires-at", "2099-01-01")
+    trip = json.loads(
+        invoke(cli, database_url, res, "facts", "show", out.output.split()[-1]).output
+    )
+    assert (trip["expires_at"], trip["origin"]) == ("2099-01-01T00:00:00+00:00", "cli")
+    out = invoke(cli, database_url, res, "remember", "In Oslo", "--expires-at", "2099-02-01T09:00Z")
+    assert out.exit_code == 0
+
+    # Delete keeps the history; restore brings the fact back under its id.
+    assert invoke(cli, database_url, res, "facts", "delete", fact_id).exit_code == 0
+    out = invoke(cli, database_url, res, "facts", "history", fact_id)
+    lines = out.output.splitlines()
+    assert lines[0].startswith("current  (deleted or expired")
+    assert [line.split()[0] for line in lines[1:]] == ["v4", "v3", "v2", "v1"]
+    assert "deleted by cli" in lines[1]
+    gone_key = invoke(cli, database_url, res, "facts", "history", "ui.theme")
+    assert gone_key.exit_code == 1 and "found by its id" in gone_key.output
+    out = invoke(cli, database_url, res, "facts", "restore", fact_id, "1")
+    assert out.output == f"restored fact {fact_id} to version 1 (now version 5)\n"
+    restored = json.loads(invoke(cli, database_url, res, "facts", "show", fact_id).output)
+    assert (restored["content"], restored["origin"]) == ("Prefers dark mode", "cli")
+    assert invoke(cli, database_url, res, "facts", "restore", fact_id, "99").exit_code == 1
+    assert invoke(cli, database_url, res, "facts", "restore", fact_id, "0").exit_code == 2
+
+    # --purge deletes the history too: nothing to show or restore afterwards.
+    out = invoke(cli, database_url, res, "facts", "delete", fact_id, "--purge")
+    assert out.output == f"deleted fact {fact_id} and its history\n"
+    for args in (("history", fact_id), ("restore", fact_id, "1")):
+        out = invoke(cli, database_url, res, "facts", *args)
+        assert out.exit_code == 1 and "no " in out.output, args
+    assert "expired facts" in invoke(cli, database_url, res, "maintain").output
+
+
+def test_recall_explain_shows_provenance(cli: CliRunner, database_url: str, res: str) -> None:
+    async def seed() -> None:
+        async with popagent.connect(database_url) as memory:
+            await memory.remember(
+                res,
+                "Keeps bees on the roof",
+                key="hobby",
+                session_id="chat-1",
+                provenance=Provenance(
+                    origin="agent", turn_id=4, message_ids=(10, 11), tool_call_id="call_0"
+                ),
+            )
+
+    asyncio.run(seed())
+    invoke(cli, database_url, res, "remember", "Sells honey from the bees", "--key", "shop")
+    invoke(cli, database_url, res, "remember", "Sells bee wax", "--key", "shop")
+    out = invoke(cli, database_url, res, "recall", "bees", "--explain")
+    assert out.exit_code == 0
+    lines = out.output.splitlines()
+    provenance = [line.strip() for line in lines if line.strip().startswith("from ")]
+    assert (
+        "from origin=agent session=chat-1 turn=4 messages=10,11 tool_call=call_0 version=1 "
+        "expires=never"
+    ) in provenance
+    assert "from origin=cli session=- version=2 expires=never" in provenance
 
 
 def test_every_command_is_in_the_readme() -> None:

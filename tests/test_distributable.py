@@ -34,6 +34,8 @@ CROSS_RESOURCE = {
     ("migrate", "INSERT_APPLIED"),
     ("secrets", "DELETE_EXPIRED_SECRETS"),
     ("vectors", "ALL_RESOURCES"),
+    # Not a statement over a table: the next value of the memories' id sequence.
+    ("portable", "RESERVE_FACT_ID"),
 }
 
 _STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.IGNORECASE)

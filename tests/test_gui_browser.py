@@ -400,7 +400,9 @@ async def test_keyboard_only_fact_creation(
     await page.keyboard.press("Control+A")
     await page.keyboard.type("0.6")
     await page.keyboard.press("Tab")
-    assert await page.evaluate("document.activeElement.textContent.trim()") == "Create fact"
+    assert await page.evaluate("document.activeElement.id") == "expires_at"
+    # The expiry stays empty; Tab walks its date and time parts, then to the button.
+    await tab_to(page, "el.textContent.trim() === 'Create fact'", limit=10)
     await page.keyboard.press("Enter")
     await expect(page.locator(".notice")).to_have_text("Fact created.")
     facts = await memory.list_facts(resource)
@@ -422,18 +424,24 @@ async def test_narrow_viewport_does_not_scroll_sideways(
     await memory.retain_episode(resource, "s" * 200, f"Say {long_word}", "Done.")
     threads = ThreadStore(memory.pool)
     await threads.append_message(resource, "narrow", "user", long_word, create_session=True)
+    # A version of the fact, written by the session: its history and writes have long words too.
+    await memory.update_fact(resource, fact.id, importance=0.9, session_id="narrow")
     w = await open_page(browser, width=375, height=800)
     page = w.page
     for path in (
         "/",
         f"/memories/{fact.id}",
         f"/facts/{fact.id}/edit",
+        f"/facts/{fact.id}/history",
+        f"/facts/{fact.id}/delete",
         "/recall",
         "/settings",
         "/sessions",
         "/sessions/narrow",
+        "/sessions/narrow/revert",
         "/chat/narrow",
         "/cleanup",
+        "/purge",
     ):
         await page.goto(server + path)
         sizes = await page.evaluate(
@@ -443,4 +451,66 @@ async def test_narrow_viewport_does_not_scroll_sideways(
         if path in ("/", "/sessions/narrow"):
             name = "memories" if path == "/" else "session"
             await screenshot(page, screenshots, f"{name}-375px.png")
+    w.assert_clean()
+
+
+# --- history and revert -----------------------------------------------------------------------
+
+
+async def test_restore_an_old_version_and_revert_a_session(
+    browser: Browser,
+    server: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    screenshots: Path,
+) -> None:
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/facts/new")
+    await page.get_by_label("Content").fill("Drives a blue car")
+    await page.get_by_label("Key").fill("car")
+    await page.get_by_role("button", name="Create fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact created.")
+    fid = int(re.findall(r"/memories/(\d+)", page.url)[0])
+
+    await page.get_by_role("link", name="Edit fact").click()
+    await page.get_by_label("Content").fill("Drives a red car")
+    await page.get_by_label("Expires").fill("2999-01-01T10:30")
+    await page.get_by_role("button", name="Save fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact saved.")
+    await expect(page.get_by_test_id("version")).to_have_text("2")
+    await expect(page.get_by_test_id("origin")).to_have_text("gui")
+    fact = await memory.get_fact(resource, fid)
+    assert fact.expires_at is not None and fact.expires_at.year == 2999
+    await expect(page.get_by_test_id("versions")).to_contain_text("Drives a blue car")
+    await screenshot(page, screenshots, "fact-history.png")
+
+    await page.get_by_role("button", name="Restore version 1").click()
+    await expect(page.locator(".notice")).to_have_text("Version 1 restored.")
+    await expect(page.get_by_test_id("content")).to_have_text("Drives a blue car")
+    await expect(page.get_by_role("button", name="Restore version 2")).to_be_visible()
+    fact = await memory.get_fact(resource, fid)
+    assert (fact.content, fact.version, fact.origin) == ("Drives a blue car", 3, "gui")
+
+    # A session that changed the fact and added one: revert both after confirming.
+    await ThreadStore(memory.pool).append_message(
+        resource, "s-rev", "user", "I bought a bike", create_session=True
+    )
+    await memory.remember(resource, "Rides a bike", key="car", session_id="s-rev")
+    added = (await memory.remember(resource, "Cycles to work", session_id="s-rev")).memory
+    await page.goto(server + "/sessions/s-rev")
+    writes = page.get_by_test_id("session-memories")
+    await expect(writes).to_contain_text("Rides a bike")
+    await expect(writes).to_contain_text("Cycles to work")
+    await page.get_by_role("link", name="Revert this session's writes…").click()
+    await expect(page.get_by_test_id("revert-summary")).to_contain_text("2 memories")
+    assert (await memory.get_fact(resource, fid)).content == "Rides a bike"  # not yet
+    await page.get_by_role("button", name="Revert these writes").click()
+    await expect(page.locator(".notice")).to_have_text(
+        "Session's writes reverted: 1 facts restored, 1 memories deleted, 0 skipped."
+    )
+    assert (await memory.get_fact(resource, fid)).content == "Drives a blue car"
+    assert [m.id for m in await memory.list_memories(resource)] == [fid]
+    assert added.id not in {m.id for m in await memory.list_memories(resource)}
+    await screenshot(page, screenshots, "session-reverted.png")
     w.assert_clean()

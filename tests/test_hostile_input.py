@@ -38,7 +38,9 @@ from psycopg.rows import dict_row
 
 import popagent
 from popagent.cli import main
+from popagent.mcp import memory_tools
 from popagent.mcp.lines import MAX_LINE_BYTES
+from popagent.mcp.shapes import StructuredSlot
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
 from tests.hostile_corpus import (
@@ -465,7 +467,7 @@ def test_every_malformed_stdio_line_gets_its_json_rpc_error_and_serving_goes_on(
             # Still serving after each one.
             assert "result" in server.request(f"after-{i}", "ping"), case.name
         listed = server.request("tools", "tools/list")
-        assert len(listed["result"]["tools"]) == 6
+        assert len(listed["result"]["tools"]) == len(memory_tools(StructuredSlot()))
     finally:
         code = server.close()
     assert code == 0

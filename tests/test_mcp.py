@@ -36,7 +36,16 @@ from popagent.mcp.server import RESOURCE_HINT
 from tests.agent_support import audit_text
 from tests.mcp_support import stdio_params, text_of
 
-TOOLS = ["remember", "recall", "list_facts", "forget_fact", "list_episodes", "get_episode"]
+TOOLS = [
+    "remember",
+    "recall",
+    "list_facts",
+    "forget_fact",
+    "fact_history",
+    "restore_fact",
+    "list_episodes",
+    "get_episode",
+]
 THEME = "Prefers dark mode in every app"
 CITY = "Lives in Ghent and cycles to work"
 SECRET = "My OpenAI API key is sk-proj-abcdefghijklmnopqrstuvwxyz123456"
@@ -97,9 +106,12 @@ async def test_stdio_lists_the_tools_with_closed_schemas_and_the_guidance(
     assert set(by_name["forget_fact"].input_schema["properties"]) == {"id", "key"}
     assert by_name["get_episode"].input_schema["required"] == ["id"]
     annotations = {t.name: t.annotations for t in listed}
+    assert by_name["fact_history"].input_schema["required"] == []
+    assert by_name["restore_fact"].input_schema["required"] == ["id", "version"]
     assert {n for n, a in annotations.items() if a and a.read_only_hint} == {
         "recall",
         "list_facts",
+        "fact_history",
         "list_episodes",
         "get_episode",
     }
@@ -107,6 +119,8 @@ async def test_stdio_lists_the_tools_with_closed_schemas_and_the_guidance(
     assert {n for n, t in by_name.items() if t.output_schema is not None} == {
         "recall",
         "list_facts",
+        "fact_history",
+        "restore_fact",
         "list_episodes",
         "get_episode",
     }
@@ -367,6 +381,96 @@ async def test_recall_list_and_forget_facts(memory: popagent.LongTermMemory, res
         again = await client.call_tool("forget_fact", {"id": city.id})
         assert again.is_error and text_of(again) == f"Refused: no fact {city.id} in this resource"
         assert text_of(await client.call_tool("list_facts", {})) == "No facts are stored."
+
+
+async def test_writes_record_origin_mcp_and_history_restores(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    server = MemoryServer(memory, resource)
+    schemas = {t.name: t.output_schema for t in server.tools}
+    async with Client(server.lowlevel) as client:
+        stored = await client.call_tool(
+            "remember",
+            {"content": THEME, "key": "ui.theme", "expires_at": "2099-01-01T00:00:00Z"},
+        )
+        assert not stored.is_error
+        [fact] = await memory.list_facts(resource)
+        assert text_of(stored) == (
+            f"Stored: created fact #{fact.id} with key 'ui.theme', expiring "
+            f"2099-01-01T00:00:00+00:00: {THEME}"
+        )
+        assert (fact.origin, fact.session_id, fact.turn_id) == ("mcp", server.session_id, None)
+        assert fact.expires_at is not None and fact.expires_at.year == 2099
+        bad = await client.call_tool(
+            "remember", {"content": CITY, "expires_at": "2099-01-01T00:00:00"}
+        )
+        assert bad.is_error and "expires_at: must be an ISO 8601 time with a time zone" in (
+            text_of(bad)
+        )
+        await client.call_tool("remember", {"content": "Prefers light mode", "key": "ui.theme"})
+        assert len(await memory.list_facts(resource)) == 1
+
+        by_key = await client.call_tool("fact_history", {"key": "UI.Theme"})
+        assert not by_key.is_error and by_key.structured_content is not None
+        jsonschema.validate(by_key.structured_content, schemas["fact_history"])
+        lines = text_of(by_key).splitlines()
+        assert lines[0] == (
+            f"Current value of fact #{fact.id} with key 'ui.theme' (version 2): Prefers light mode"
+        )
+        assert lines[1] == "1 earlier value:"
+        assert lines[2].startswith("- version 1 key=ui.theme (") and lines[2].endswith(
+            f"written by mcp, updated by mcp): {THEME}"
+        )
+        assert [v["content"] for v in by_key.structured_content["versions"]] == [THEME]
+        assert by_key.structured_content["fact"]["version"] == 2
+
+        gone = await client.call_tool("forget_fact", {"key": "ui.theme"})
+        assert not gone.is_error
+        (deleted, _updated) = await memory.fact_history(resource, fact.id)
+        assert (deleted.ended, deleted.ended_origin, deleted.ended_session_id) == (
+            "deleted",
+            "mcp",
+            server.session_id,
+        )
+        missing_key = await client.call_tool("fact_history", {"key": "ui.theme"})
+        assert missing_key.is_error
+        by_id = await client.call_tool("fact_history", {"id": fact.id})
+        assert by_id.structured_content is not None
+        jsonschema.validate(by_id.structured_content, schemas["fact_history"])
+        assert by_id.structured_content["fact"] is None
+        assert text_of(by_id).startswith(f"Fact #{fact.id} is deleted or expired")
+        assert [v["ended"] for v in by_id.structured_content["versions"]] == [
+            "deleted",
+            "updated",
+        ]
+
+        restored = await client.call_tool("restore_fact", {"id": fact.id, "version": 1})
+        assert not restored.is_error and restored.structured_content is not None
+        jsonschema.validate(restored.structured_content, schemas["restore_fact"])
+        assert text_of(restored) == (
+            f"Restored fact #{fact.id} with key 'ui.theme' to version 1's value (now version 3): "
+            f"{THEME}"
+        )
+        back = await memory.get_fact(resource, fact.id)
+        assert (back.content, back.version, back.origin) == (THEME, 3, "mcp")
+        assert back.session_id == server.session_id
+        for args, message in (
+            ({"id": fact.id, "version": 9}, f"Refused: fact {fact.id} has no version 9"),
+            (
+                {"id": fact.id},
+                "Refused, the tool did not run: missing required argument 'version'.",
+            ),
+            ({}, "Refused: give either id or key (exactly one)."),
+        ):
+            tool = "fact_history" if not args else "restore_fact"
+            refused = await client.call_tool(tool, args)
+            assert refused.is_error and text_of(refused) == message, args
+        # A restore that would duplicate a key another fact holds now is refused.
+        await client.call_tool("forget_fact", {"id": fact.id})
+        await client.call_tool("remember", {"content": "Prefers grey", "key": "ui.theme"})
+        conflict = await client.call_tool("restore_fact", {"id": fact.id, "version": 1})
+        assert conflict.is_error and text_of(conflict).startswith("Refused: a fact with this key")
+        assert [f.content for f in await memory.list_facts(resource)] == ["Prefers grey"]
 
 
 async def test_episodes_are_readable_not_writable(

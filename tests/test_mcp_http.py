@@ -23,7 +23,16 @@ from popagent.mcp.server import RESOURCE_HINT
 from tests.agent_support import audit_text
 from tests.mcp_support import http_server, text_of
 
-TOOLS = ["remember", "recall", "list_facts", "forget_fact", "list_episodes", "get_episode"]
+TOOLS = [
+    "remember",
+    "recall",
+    "list_facts",
+    "forget_fact",
+    "fact_history",
+    "restore_fact",
+    "list_episodes",
+    "get_episode",
+]
 THEME = "Prefers dark mode in every app"
 TOKEN = "correct-horse-battery-staple-42"
 INITIALIZE = {

@@ -92,6 +92,60 @@ async def test_a_completed_turn_holds_its_messages_and_one_episode(
     assert (await threads.list_messages(resource, "s"))[-1].turn_id is None
 
 
+async def test_what_a_turn_writes_records_its_turn_messages_and_tool_call(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    resource: str,
+) -> None:
+    agent = Agent(memory, threads, chat_model)
+    scripted.script(
+        CallTools(
+            [
+                ("remember", {"content": "Keeps bees on the roof", "key": "hobby"}),
+                ("remember", {"content": "Sells honey at the market"}),
+            ]
+        ),
+        Reply("Noted: bees and honey."),
+    )
+    result = await agent.run_turn(resource, "s", "I keep bees and sell honey.")
+    (turn,) = await turns_of(memory, resource, "s")
+    user, asked, _tool_1, _tool_2, answer = await threads.list_messages(resource, "s")
+    assert [user.role, asked.role, answer.role] == ["user", "assistant", "assistant"]
+    facts = {f.key: f for f in await memory.list_facts(resource)}
+    for key, call_id in (("hobby", "call_0"), (None, "call_1")):
+        fact = facts[key]
+        assert (fact.origin, fact.session_id, fact.turn_id) == ("agent", "s", turn["turn_id"])
+        assert (fact.message_ids, fact.tool_call_id) == ((user.id, asked.id), call_id)
+    assert result.episode is not None
+    (episode,) = await memory.list_episodes(resource)
+    assert episode.id == result.episode.id
+    assert (episode.origin, episode.turn_id, episode.tool_call_id) == (
+        "turn",
+        turn["turn_id"],
+        None,
+    )
+    assert episode.message_ids == (user.id, answer.id)
+    # The next turn updates the fact: its earlier value keeps this turn's provenance.
+    scripted.script(
+        CallTools([("remember", {"content": "Keeps wasps on the roof", "key": "hobby"})]),
+        Reply("Wasps, then."),
+    )
+    await agent.run_turn(resource, "s", "Actually wasps.")
+    second = (await turns_of(memory, resource, "s"))[1]
+    updated = (await memory.list_facts(resource, key="hobby"))[0]
+    assert (updated.turn_id, updated.version) == (second["turn_id"], 2)
+    (before,) = await memory.fact_history(resource, updated.id)
+    assert (before.origin, before.turn_id, before.message_ids, before.tool_call_id) == (
+        "agent",
+        turn["turn_id"],
+        (user.id, asked.id),
+        "call_0",
+    )
+    assert (before.ended_origin, before.ended_session_id) == ("agent", "s")
+
+
 async def test_a_failed_model_call_marks_the_turn_failed_and_stores_no_episode(
     memory: popagent.LongTermMemory,
     threads: ThreadStore,

@@ -282,7 +282,7 @@ async def test_maintenance_now_covers_this_resource_only(
     await memory.remember(resource, "A fact is never pruned")
     report = await api.post("/api/maintenance")
     assert report.status_code == 200
-    assert report.json() == {"expired_episodes": 1, "capped_episodes": 0}
+    assert report.json() == {"expired_episodes": 1, "capped_episodes": 0, "expired_facts": 0}
     assert [m.kind for m in await memory.list_memories(resource)] == ["fact"]
     assert len(await memory.list_episodes(other_resource)) == 1  # the schedule's job, not ours
 

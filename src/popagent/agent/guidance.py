@@ -24,7 +24,11 @@ commitments.
 - Write one self-contained statement per fact, in plain words that make sense out of \
 context. For a fact that can change over time, give a stable dotted key such as `ui.theme`, \
 `profile.home_city` or `diet.restrictions`, and reuse the same key when the value changes, \
-so the old value is replaced rather than contradicted.
+so the old value is replaced rather than contradicted. The old value stays in the fact's \
+history.
+- For a fact that stops being true at a known time (a trip, a temporary address, an offer \
+until a date), give `remember` an `expires_at` time (ISO 8601 with a time zone); after it \
+the fact is never recalled.
 - Do not remember short-lived requests or anything that only matters for the current task \
 ("remind me in five minutes", "summarize this page"), guesses about the user, or raw tool \
 output and search results.

@@ -9,18 +9,26 @@ Invariants:
 - Its result tells the model exactly what happened: created, updated (same key,
   new value), unchanged, or refused and why. Refusal messages name the rule,
   never the content.
+- The fact records the context's provenance (in a turn: origin ``agent``, the
+  turn, its messages and the tool call's id), never one the model names.
+- ``expires_at`` is an ISO 8601 time with a time zone, still ahead; anything
+  else is refused naming ``expires_at``, and nothing is stored.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import PopagentError
+from ..errors import PopagentError, ValidationError
 from ..llm.protocol import ToolSpec
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP
 from .tools import ToolContext, ToolOutcome
 
-__all__ = ["REMEMBER_SPEC", "RememberTool"]
+__all__ = ["EXPIRES_AT_CHARS", "REMEMBER_SPEC", "RememberTool", "parse_expires_at"]
+
+#: The longest ``expires_at`` text the tool takes (an ISO 8601 time is about 32).
+EXPIRES_AT_CHARS = 64
 
 REMEMBER_SPEC = ToolSpec(
     name="remember",
@@ -63,6 +71,17 @@ REMEMBER_SPEC = ToolSpec(
                     "that matter for safety or that the user stressed."
                 ),
             },
+            "expires_at": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": EXPIRES_AT_CHARS,
+                "description": (
+                    "Optional time after which the fact is no longer true, as ISO 8601 with a "
+                    "time zone, e.g. '2030-06-30T18:00:00+02:00'. After it the fact is never "
+                    "recalled and is removed. Only for facts with a known end (a trip, a "
+                    "temporary address); leave it out for lasting facts."
+                ),
+            },
         },
         "required": ["content"],
         "additionalProperties": False,
@@ -70,8 +89,28 @@ REMEMBER_SPEC = ToolSpec(
 )
 
 
+def parse_expires_at(value: object) -> datetime | None:
+    """``expires_at`` as the tools take it: ``None``, or ISO 8601 text with a time zone.
+
+    Whether it is still ahead is ``LongTermMemory``'s check, like every write's.
+    """
+    if value is None:
+        return None
+    rule = "must be an ISO 8601 time with a time zone, e.g. 2030-06-30T18:00:00+00:00"
+    if not isinstance(value, str) or len(value) > EXPIRES_AT_CHARS:
+        raise ValidationError("expires_at", rule)
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError as exc:
+        raise ValidationError("expires_at", rule) from exc
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValidationError("expires_at", rule)
+    return parsed
+
+
 class RememberTool:
-    """``remember(content, key?, importance?)`` over the context's ``LongTermMemory``."""
+    """``remember(content, key?, importance?, expires_at?)`` over the context's
+    ``LongTermMemory``, recording the context's provenance."""
 
     @property
     def name(self) -> str:
@@ -89,6 +128,8 @@ class RememberTool:
                 key=arguments.get("key"),
                 importance=arguments.get("importance", 0.5),
                 session_id=ctx.session_id,
+                expires_at=parse_expires_at(arguments.get("expires_at")),
+                provenance=ctx.provenance,
             )
         except PopagentError as exc:
             return ToolOutcome.refused(
@@ -96,6 +137,8 @@ class RememberTool:
             )
         fact = result.memory
         where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
+        if fact.expires_at is not None:
+            where += f", expiring {fact.expires_at.astimezone(UTC).isoformat()}"
         if result.action == "created":
             text = f"Stored: created {where}: {fact.content}"
         elif result.action == "updated":

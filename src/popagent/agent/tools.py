@@ -24,11 +24,22 @@ from ..checks import check_id
 from ..errors import NotFoundError
 from ..llm.protocol import ToolSpec
 from ..memory.longterm import LongTermMemory
-from ..models import Outcome
+from ..memory.validation import check_provenance
+from ..models import Outcome, Provenance
 from ..secrets import SecretStore
 from .scrubber import SecretScrubber
 
-__all__ = ["ConditionalTool", "Tool", "ToolContext", "ToolOutcome", "check_arguments"]
+__all__ = [
+    "AGENT_PROVENANCE",
+    "ConditionalTool",
+    "Tool",
+    "ToolContext",
+    "ToolOutcome",
+    "check_arguments",
+]
+
+#: Where a tool call's writes come from when nothing more is known: a model's tool call.
+AGENT_PROVENANCE = Provenance(origin="agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,10 @@ class ToolContext:
 
     ``resource_id`` and ``session_id`` are the turn's own (``session_id`` may be
     ``None`` for calls made outside a chat session). ``scrubber`` collects the
-    secret values this turn has seen.
+    secret values this turn has seen. ``provenance`` is what the memories this
+    call writes record as their source: the turn gives each call its own (origin
+    ``agent``, the turn, its user and assistant messages, the tool call's id);
+    an MCP server gives origin ``mcp``.
     """
 
     resource_id: str
@@ -71,11 +85,13 @@ class ToolContext:
     memory: LongTermMemory
     secrets: SecretStore | None = None
     scrubber: SecretScrubber = field(default_factory=SecretScrubber)
+    provenance: Provenance = AGENT_PROVENANCE
 
     def __post_init__(self) -> None:
         check_id("resource_id", self.resource_id)
         if self.session_id is not None:
             check_id("session_id", self.session_id)
+        check_provenance(self.provenance)
 
     async def reveal_secret(self, name: str) -> str:
         """The value of the secret ``name`` of this resource, for tool code to use.

@@ -53,6 +53,9 @@ class Transcript:
         self._scrubbed_at = scrubber.version
         #: The turn's id, once ``add_user`` has started it.
         self.turn_id: int | None = None
+        #: The turn's user message's id, once ``add_user`` has stored it (the
+        #: source message of what the turn writes to long-term memory).
+        self.user_message_id: int | None = None
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -63,6 +66,7 @@ class Transcript:
         """The turn's user message; creates the session if it is new and starts the turn."""
         stored = await self._append("user", text, [], turn="start")
         self.turn_id = stored.turn_id
+        self.user_message_id = stored.id
         return stored
 
     async def add_final(self, message: ChatMessage, conn: Conn) -> Message:

@@ -27,8 +27,14 @@ Invariants:
   it already wrote to the session stays: the user did say it, and the next
   turn's history should show it. A successful turn with non-empty user and
   assistant text stores exactly one episode.
-- Turns of one session are expected to run one at a time (the chat UI's own
-  rhythm); concurrent turns of one session would interleave their messages.
+- What the turn writes to long-term memory records where it came from: a fact
+  the model's ``remember`` stores has origin ``agent``, the turn's id, its user
+  message and the assistant message that made the call, and the call's id; the
+  episode has origin ``turn``, the turn's id, its user message and its final
+  answer (written in the same transaction).
+- Turns of one session run one at a time, across processes too: each turn
+  holds the session's advisory lock (``store.locks``) from its first read to
+  its end, so a second turn waits instead of interleaving its messages.
 - Every turn that stored its user message has a row in ``popagent_turns`` and
   each of its messages carries its ``turn_id``. It ends ``completed`` only in
   the transaction that stores the final answer and the episode, so a process
@@ -48,7 +54,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from ..checks import check_id, check_limit, check_text, check_time, is_blank
@@ -56,10 +62,11 @@ from ..errors import TurnFailedError, ValidationError
 from ..llm.protocol import ChatMessage, ChatModel, Completion, ModelError, TextCallback, ToolSpec
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
-from ..memory.validation import QUERY_CAP
-from ..models import Memory, Outcome, RecallResult, TurnStatus
+from ..memory.validation import QUERY_CAP, TOOL_CALL_ID_CAP, check_provenance
+from ..models import Memory, Outcome, Provenance, RecallResult, TurnStatus
 from ..secrets import SecretStore
 from ..store import threads as thread_sql
+from ..store.locks import session_turn_lock
 from ..threads import ThreadStore
 from ..threads.service import MESSAGE_CAP
 from .audit import AuditHook
@@ -144,6 +151,22 @@ def _check_user_text(value: object) -> str:
     return text
 
 
+def _message_ids(*ids: int | None) -> tuple[int, ...]:
+    return tuple(i for i in ids if i is not None)
+
+
+def recorded_call_id(value: str) -> str | None:
+    """The model's tool-call id as provenance records it; ``None`` for one no write
+    could record (empty, too long, not text), which must not refuse the fact."""
+    if not value or len(value) > TOOL_CALL_ID_CAP or "\x00" in value:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
 def _chars(messages: Sequence[ChatMessage]) -> int:
     return sum(
         len(m.content or "") + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
@@ -217,7 +240,20 @@ class Agent:
         session_id = check_id("session_id", session_id)
         user_text = _check_user_text(user_text)
         now = check_time("now", now)
+        # One turn at a time per session, across processes too (``serve
+        # --workers``, ``popagent chat`` and library callers on one database).
+        async with session_turn_lock(self.memory.pool, resource_id, session_id):
+            return await self._locked_turn(resource_id, session_id, user_text, on_text, now, began)
 
+    async def _locked_turn(
+        self,
+        resource_id: str,
+        session_id: str,
+        user_text: str,
+        on_text: TextCallback | None,
+        now: datetime | None,
+        began: float,
+    ) -> TurnResult:
         scrubber = await self._known_secrets(resource_id)
         transcript = Transcript(self.threads, self.memory.pool, resource_id, session_id, scrubber)
         # Recall reads long-term memory only, so it runs beside the thread
@@ -318,8 +354,16 @@ class Agent:
 
         async def store() -> Memory | None:
             async with self.memory.pool.connection() as conn, conn.transaction():
-                await transcript.add_final(final, conn)
-                return await self.memory.write_episode(conn, draft) if draft else None
+                answer = await transcript.add_final(final, conn)
+                if draft is None:
+                    return None
+                provenance = Provenance(
+                    origin="turn",
+                    turn_id=transcript.turn_id,
+                    message_ids=_message_ids(transcript.user_message_id, answer.id),
+                )
+                episode = replace(draft, provenance=check_provenance(provenance))
+                return await self.memory.write_episode(conn, episode)
 
         # The hooks' background writes (audit rows) are independent of the turn's
         # own: made beside them, all done before the turn returns.
@@ -387,14 +431,24 @@ class Agent:
             reply = completion.message
             if not reply.tool_calls:
                 return reply
-            await transcript.add_assistant(reply)
+            asked = await transcript.add_assistant(reply)
             if round_number == self.max_tool_rounds:
                 # No model call would read these results: running the tools
                 # would only be side effects nobody asked to see.
                 break
             messages.append(reply)
             for call in reply.tool_calls:
-                outcome = await self.runner.call(ctx, call.name, call.arguments)
+                # Each call's writes name the turn, its messages and the call.
+                call_ctx = replace(
+                    ctx,
+                    provenance=Provenance(
+                        origin="agent",
+                        turn_id=transcript.turn_id,
+                        message_ids=_message_ids(transcript.user_message_id, asked.id),
+                        tool_call_id=recorded_call_id(call.id),
+                    ),
+                )
+                outcome = await self.runner.call(call_ctx, call.name, call.arguments)
                 tally.tool_calls.append(ToolCallRecord(call.name, outcome.outcome))
                 await transcript.add_tool_result(call, outcome.text, outcome.outcome)
                 messages.append(

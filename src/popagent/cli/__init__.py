@@ -8,9 +8,11 @@ message naming the field; a missing memory, session or secret, or a conflict,
 exits with 1.
 
 Layout: ``common`` (settings, the database, exit codes, output), ``memory``
-(remember, recall, facts, episodes, cleanup, maintain), ``chat``, ``sessions``,
+(remember, recall, facts, episodes, cleanup, maintain), ``purge`` (everything
+of one resource), ``chat``, ``sessions``,
 ``secrets``, ``mcp`` (the memory as an MCP server), ``backup`` (backup and
-restore of the whole database, every resource).
+restore of the whole database, every resource), ``portable`` (export and import of
+one resource as JSON Lines, and Mem0's memories).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .common import DEFAULT_RESOURCE, Settings
 from .embed import embed_command
 from .mcp import mcp_command
 from .memory import cleanup, episodes, facts, maintain, recall, remember
+from .portable import export_command, import_command
+from .purge import purge_command
 from .secrets import secrets_group
 from .serve import serve_command
 from .sessions import sessions_group
@@ -64,6 +68,7 @@ for _command in (
     facts,
     episodes,
     cleanup,
+    purge_command,
     maintain,
     embed_command,
     chat_command,
@@ -74,6 +79,8 @@ for _command in (
     serve_command,
     backup_command,
     restore_command,
+    export_command,
+    import_command,
 ):
     main.add_command(_command)
 del _command

@@ -121,8 +121,9 @@ def one_line(text: str, width: int) -> str:
 
 def memory_line(m: Memory) -> str:
     key = f" key={m.key}" if m.key else ""
+    expires = f" expires={when(m.expires_at)}" if m.expires_at else ""
     return (
-        f"{m.id:>7}  {m.kind:<7} {when(m.created_at)}  imp={m.importance:.2f}{key}  "
+        f"{m.id:>7}  {m.kind:<7} {when(m.created_at)}  imp={m.importance:.2f}{key}{expires}  "
         f"{one_line(m.content, 100)}"
     )
 

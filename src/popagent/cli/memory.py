@@ -1,18 +1,49 @@
-"""The long-term store from a shell: remember, recall, facts, episodes, cleanup, maintain."""
+"""The long-term store from a shell: remember, recall, facts, episodes, cleanup, maintain.
+
+Every write records origin ``cli`` (and ``--session-id`` where a command takes
+one); a fact's earlier values are read with ``facts history`` and brought back
+with ``facts restore``.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
+from ..errors import NotFoundError
+from ..memory.longterm import LongTermMemory
 from ..memory.render import render
-from ..models import RecallResult
-from .common import Settings, emit_json, memory_line, parse_when, print_memories, run
+from ..models import FactVersion, Memory, Provenance, RecallResult
+from .common import (
+    Settings,
+    emit_json,
+    memory_line,
+    one_line,
+    parse_when,
+    print_memories,
+    run,
+    when,
+)
 
 __all__ = ["cleanup", "episodes", "facts", "maintain", "recall", "remember"]
 
 #: The bounds the API uses: ids are PostgreSQL bigints; offsets past ten million page nothing useful.
 ID_MAX = 2**63 - 1
 OFFSET_MAX = 10_000_000
+#: Version numbers are PostgreSQL integers.
+VERSION_MAX = 2**31 - 1
+#: What every write of the CLI records as its source.
+CLI = Provenance(origin="cli")
+
+_EXPIRES_HELP = (
+    "When the fact stops being true (ISO 8601; a time without a zone is UTC). "
+    "After it the fact is never recalled, and maintenance removes it."
+)
+
+
+def _expires_at(value: str | None) -> datetime | None:
+    return parse_when(value, "--expires-at")
 
 
 @click.command()
@@ -20,6 +51,7 @@ OFFSET_MAX = 10_000_000
 @click.option("--key", help="Stable semantic key (e.g. ui.theme); replaces that key's fact.")
 @click.option("--importance", type=float, default=0.5, show_default=True, help="In [0, 1].")
 @click.option("--session-id", help="Originating session.")
+@click.option("--expires-at", help=_EXPIRES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the stored fact as JSON.")
 @click.pass_context
 def remember(
@@ -28,12 +60,24 @@ def remember(
     key: str | None,
     importance: float,
     session_id: str | None,
+    expires_at: str | None,
     as_json: bool,
 ) -> None:
-    """Store a durable fact (upsert by --key; identical keyless facts are kept once)."""
+    """Store a durable fact (upsert by --key; identical keyless facts are kept once).
+
+    A changed value keeps the one it replaces in the fact's history."""
+    expiry = _expires_at(expires_at)
     result = run(
         ctx,
-        lambda m, r: m.remember(r, content, key=key, importance=importance, session_id=session_id),
+        lambda m, r: m.remember(
+            r,
+            content,
+            key=key,
+            importance=importance,
+            session_id=session_id,
+            expires_at=expiry,
+            provenance=CLI,
+        ),
     )
     if as_json:
         emit_json({"action": result.action, "memory": result.memory.to_json()})
@@ -70,13 +114,40 @@ def recall(
             parts = "  ".join(f"{c.name}={c.value:.3f}*{c.weight:g}" for c in res.components)
             click.echo(f"#{rank} score={res.score:.3f}  {parts}")
             click.echo(f"   {memory_line(res.memory)}")
+            click.echo(f"   {provenance_line(res.memory)}")
         click.echo()
     click.echo(block if block else "No relevant long-term memories.")
 
 
+def provenance_line(m: Memory) -> str:
+    """Where a memory's current value came from, and (for a fact) its version and expiry."""
+    parts = [f"origin={m.origin}", f"session={m.session_id or '-'}"]
+    if m.turn_id is not None:
+        parts.append(f"turn={m.turn_id}")
+    if m.message_ids:
+        parts.append("messages=" + ",".join(str(i) for i in m.message_ids))
+    if m.tool_call_id is not None:
+        parts.append(f"tool_call={m.tool_call_id}")
+    if m.kind == "fact":
+        parts.append(f"version={m.version}")
+        parts.append(f"expires={when(m.expires_at, seconds=True)}")
+    return "from " + " ".join(parts)
+
+
+def version_line(v: FactVersion) -> str:
+    """One earlier value of a fact: its span, how it ended, who wrote it, its text."""
+    key = f" key={v.key}" if v.key else ""
+    by = f"{v.ended_origin}" + (f"/{v.ended_session_id}" if v.ended_session_id else "")
+    return (
+        f"v{v.version:<4} {when(v.valid_from, seconds=True)} → {when(v.valid_to, seconds=True)}"
+        f"  {v.ended} by {by}  origin={v.origin} session={v.session_id or '-'}"
+        f"  imp={v.importance:.2f}{key}  {one_line(v.content, 100)}"
+    )
+
+
 @click.group()
 def facts() -> None:
-    """List, show, add, edit and delete facts."""
+    """List, show, add, edit and delete facts; read and restore their earlier values."""
 
 
 @facts.command("list")
@@ -107,10 +178,19 @@ def facts_show(ctx: click.Context, id: int) -> None:
 @click.argument("content")
 @click.option("--key")
 @click.option("--importance", type=float, default=0.5, show_default=True)
+@click.option("--expires-at", help=_EXPIRES_HELP)
 @click.pass_context
-def facts_add(ctx: click.Context, content: str, key: str | None, importance: float) -> None:
+def facts_add(
+    ctx: click.Context, content: str, key: str | None, importance: float, expires_at: str | None
+) -> None:
     """Strictly create a fact (an existing key is an error; use `remember` to upsert)."""
-    fact = run(ctx, lambda m, r: m.create_fact(r, content, key=key, importance=importance))
+    expiry = _expires_at(expires_at)
+    fact = run(
+        ctx,
+        lambda m, r: m.create_fact(
+            r, content, key=key, importance=importance, expires_at=expiry, provenance=CLI
+        ),
+    )
     click.echo(f"created fact {fact.id}")
 
 
@@ -120,6 +200,8 @@ def facts_add(ctx: click.Context, content: str, key: str | None, importance: flo
 @click.option("--key")
 @click.option("--clear-key", is_flag=True, help="Remove the fact's key.")
 @click.option("--importance", type=float)
+@click.option("--expires-at", help=_EXPIRES_HELP)
+@click.option("--no-expiry", is_flag=True, help="Remove the fact's expiry.")
 @click.pass_context
 def facts_edit(
     ctx: click.Context,
@@ -128,24 +210,118 @@ def facts_edit(
     key: str | None,
     clear_key: bool,
     importance: float | None,
+    expires_at: str | None,
+    no_expiry: bool,
 ) -> None:
-    if content is None and key is None and not clear_key and importance is None:
-        raise click.UsageError("give at least one of --content, --key, --clear-key, --importance")
+    """Change a fact; the value it replaces stays in its history (`facts history`)."""
+    if (
+        content is None
+        and key is None
+        and not clear_key
+        and importance is None
+        and expires_at is None
+        and not no_expiry
+    ):
+        raise click.UsageError(
+            "give at least one of --content, --key, --clear-key, --importance, "
+            "--expires-at, --no-expiry"
+        )
+    expiry = _expires_at(expires_at)
     fact = run(
         ctx,
         lambda m, r: m.update_fact(
-            r, id, content=content, key=key, clear_key=clear_key, importance=importance
+            r,
+            id,
+            content=content,
+            key=key,
+            clear_key=clear_key,
+            importance=importance,
+            expires_at=expiry,
+            clear_expiry=no_expiry,
+            provenance=CLI,
         ),
     )
-    click.echo(f"updated fact {fact.id}")
+    click.echo(f"updated fact {fact.id} (version {fact.version})")
 
 
 @facts.command("delete")
 @click.argument("id", type=click.IntRange(1, ID_MAX))
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also delete every earlier value; without it the last value stays in the history.",
+)
 @click.pass_context
-def facts_delete(ctx: click.Context, id: int) -> None:
-    run(ctx, lambda m, r: m.delete_fact(r, id))
-    click.echo(f"deleted fact {id}")
+def facts_delete(ctx: click.Context, id: int, purge: bool) -> None:
+    """Delete a fact; `facts restore` can bring it back unless --purge."""
+    run(ctx, lambda m, r: m.delete_fact(r, id, purge=purge, origin=CLI.origin))
+    click.echo(f"deleted fact {id}" + (" and its history" if purge else ""))
+
+
+async def _history(
+    memory: LongTermMemory, resource_id: str, fact: str
+) -> tuple[Memory | None, list[FactVersion]]:
+    """The current value (``None`` when deleted or expired) and earlier values of ``fact``,
+    an id or a key."""
+    if fact.isascii() and fact.isdigit() and 1 <= int(fact) <= ID_MAX:
+        fact_id = int(fact)
+        current: Memory | None
+        try:
+            current = await memory.get_fact(resource_id, fact_id)
+        except NotFoundError:
+            current = None  # its history may still hold it
+    else:
+        found = await memory.list_facts(resource_id, key=fact, limit=1)
+        if not found:
+            raise NotFoundError(
+                f"no fact with key {fact!r} in this resource "
+                "(the history of a deleted fact is found by its id)"
+            )
+        current, fact_id = found[0], found[0].id
+    return current, await memory.fact_history(resource_id, fact_id)
+
+
+@facts.command("history")
+@click.argument("fact")
+@click.option("--json", "as_json", is_flag=True, help="The current value and the versions.")
+@click.pass_context
+def facts_history(ctx: click.Context, fact: str, as_json: bool) -> None:
+    """Earlier values of FACT (an id, or a current fact's key), newest first."""
+    current, versions = run(ctx, lambda m, r: _history(m, r, fact))
+    if as_json:
+        emit_json(
+            {
+                "fact": current.to_json() if current is not None else None,
+                "versions": [v.to_json() for v in versions],
+            }
+        )
+        return
+    if current is None:
+        click.echo("current  (deleted or expired; `facts restore ID VERSION` brings one back)")
+    else:
+        click.echo(
+            f"current  v{current.version} since {when(current.updated_at, seconds=True)}"
+            f"  {provenance_line(current)}"
+        )
+        click.echo(f"   {memory_line(current)}")
+    if not versions:
+        click.echo("No earlier values.")
+    for v in versions:
+        click.echo(version_line(v))
+
+
+@facts.command("restore")
+@click.argument("id", type=click.IntRange(1, ID_MAX))
+@click.argument("version", type=click.IntRange(1, VERSION_MAX))
+@click.option("--json", "as_json", is_flag=True, help="Print the restored fact as JSON.")
+@click.pass_context
+def facts_restore(ctx: click.Context, id: int, version: int, as_json: bool) -> None:
+    """Make VERSION of fact ID current again (a deleted fact comes back under its id)."""
+    fact = run(ctx, lambda m, r: m.restore_fact(r, id, version, provenance=CLI))
+    if as_json:
+        emit_json(fact.to_json())
+    else:
+        click.echo(f"restored fact {fact.id} to version {version} (now version {fact.version})")
 
 
 @click.group()
@@ -206,8 +382,10 @@ def cleanup(ctx: click.Context, kind: str | None, older_than: str | None, yes: b
 @click.command()
 @click.pass_context
 def maintain(ctx: click.Context) -> None:
-    """Apply retention to every resource: 90-day episode age, 5,000 episodes per resource."""
+    """Apply retention to every resource: 90-day episode age, 5,000 episodes per resource,
+    facts past their expiry (their last value stays in their history)."""
     report = run(ctx, lambda m, _r: m.maintain())
     click.echo(
-        f"deleted {report.expired_episodes} expired and {report.capped_episodes} over-cap episodes"
+        f"deleted {report.expired_episodes} expired and {report.capped_episodes} over-cap "
+        f"episodes, {report.expired_facts} expired facts"
     )

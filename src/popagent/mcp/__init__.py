@@ -6,10 +6,10 @@
         await serve_stdio(MemoryServer(memory, "popagent-user"))
 
 Layout: ``guidance`` (what the model is told), ``shapes`` (structured results
-and their schemas), ``tools`` (remember, recall, list_facts, forget_fact),
-``episodes`` (list_episodes, get_episode), ``server`` (``MemoryServer``: the SDK
-server, the resource binding, hooks and audit), ``transport`` (stdio, streamable
-HTTP). Imports point downward: this package uses ``agent``, ``memory`` and
+and their schemas), ``tools`` (remember, recall, list_facts, forget_fact,
+fact_history, restore_fact), ``episodes`` (list_episodes, get_episode),
+``server`` (``MemoryServer``: the SDK server, the resource binding, hooks and
+audit), ``transport`` (stdio, streamable HTTP). Imports point downward: this package uses ``agent``, ``memory`` and
 ``access``; only the CLI imports it.
 """
 

@@ -28,7 +28,9 @@ commitments. Write one self-contained statement per fact (at most {FACT_CONTENT_
 characters), in plain words that make sense out of context. For a fact that can change, \
 give a stable dotted key such as `ui.theme`, `profile.home_city` or `diet.restrictions`, \
 and reuse the same key when the value changes, so the old value is replaced rather than \
-contradicted. Do not remember short-lived requests or anything that only matters for the \
+contradicted (it stays in the fact's history). For a fact that stops being true at a known \
+time (a trip, a temporary address), give `expires_at` (ISO 8601 with a time zone); after it \
+the fact is never recalled. Do not remember short-lived requests or anything that only matters for the \
 current task ("remind me in five minutes", "summarize this page"), guesses about the user, \
 or raw tool output and search results. Never put secrets in memory: no passwords, API keys, \
 access or authentication tokens, private keys, recovery codes or other credentials, not \
@@ -43,7 +45,8 @@ when the user corrects it. The rendered block starts with "{HEADER}\""""
 SERVER_INSTRUCTIONS = f"""\
 popagent is the user's long-term memory, shared across conversations and applications. \
 Call `recall` with the user's request when earlier conversations may matter; save durable \
-facts with `remember`; browse or remove facts with `list_facts` and `forget_fact`; read \
+facts with `remember`; browse or remove facts with `list_facts` and `forget_fact`; see a \
+fact's earlier values with `fact_history` and bring one back with `restore_fact`; read \
 past conversations with `list_episodes` and `get_episode` (read-only). The memory belongs \
 to one user fixed by the server's configuration: no tool takes a user or resource argument.
 

@@ -21,7 +21,8 @@ Audit session IDs: ``mcp-<Mcp-Session-Id>`` for a streamable-HTTP client that
 uses MCP sessions; otherwise ``mcp-<uuid>`` drawn once per server, which over
 stdio is the one client connection the process serves (and, over HTTP, groups
 the sessionless requests of 2026-era clients by server run). The same ID is
-the originating ``session_id`` of the facts ``remember`` stores.
+the originating ``session_id`` of the facts ``remember`` stores, and every write
+records origin ``mcp``.
 """
 
 from __future__ import annotations
@@ -42,10 +43,19 @@ from ..agent.runner import ToolRunner
 from ..agent.tools import ToolContext, ToolOutcome
 from ..checks import check_id
 from ..memory.longterm import LongTermMemory
+from ..models import Provenance
 from .episodes import GetEpisodeTool, ListEpisodesTool
 from .guidance import SERVER_INSTRUCTIONS
 from .shapes import StructuredSlot
-from .tools import ForgetFactTool, ListFactsTool, McpRememberTool, MemoryTool, RecallTool
+from .tools import (
+    FactHistoryTool,
+    ForgetFactTool,
+    ListFactsTool,
+    McpRememberTool,
+    MemoryTool,
+    RecallTool,
+    RestoreFactTool,
+)
 
 __all__ = ["RESOURCE_HINT", "SERVER_NAME", "SESSION_PREFIX", "MemoryServer", "memory_tools"]
 
@@ -59,6 +69,8 @@ RESOURCE_HINT = (
 SESSION_PREFIX = "mcp-"
 _MCP_SESSION = re.compile(r"[A-Za-z0-9._~-]{1,200}")
 _SESSION_HEADER = "mcp-session-id"
+#: What the memories an MCP tool call writes (or deletes) record as their origin.
+MCP_PROVENANCE = Provenance(origin="mcp")
 
 
 def memory_tools(slot: StructuredSlot) -> list[MemoryTool]:
@@ -69,6 +81,8 @@ def memory_tools(slot: StructuredSlot) -> list[MemoryTool]:
         RecallTool(slot),
         ListFactsTool(slot),
         ForgetFactTool(),
+        FactHistoryTool(slot),
+        RestoreFactTool(slot),
         ListEpisodesTool(slot),
         GetEpisodeTool(slot),
     ]
@@ -136,7 +150,9 @@ class MemoryServer:
         """Run one tool call as ``tools/call`` does (hooks, audit, errors as results)."""
         slot = StructuredSlot()
         runner = ToolRunner(memory_tools(slot), self.hooks)
-        ctx = ToolContext(self.resource_id, session_id or self.session_id, self.memory)
+        ctx = ToolContext(
+            self.resource_id, session_id or self.session_id, self.memory, provenance=MCP_PROVENANCE
+        )
         args = dict(arguments or {})
         outcome = await runner.call(ctx, name, args)
         # The audit rows are committed before the client hears back.

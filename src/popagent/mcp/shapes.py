@@ -21,17 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import Memory, RecallResult
+from ..models import FactVersion, Memory, RecallResult
 
 __all__ = [
     "EPISODE_PREVIEW_CHARS",
     "EPISODE_SUMMARY_SCHEMA",
+    "FACT_VERSION_SCHEMA",
     "ID_MAX",
     "MEMORY_SCHEMA",
     "OFFSET_MAX",
     "RECALL_RESULT_SCHEMA",
     "StructuredSlot",
     "episode_summary_json",
+    "fact_version_json",
     "memory_json",
     "object_schema",
     "preview",
@@ -66,7 +68,11 @@ def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, 
 
 
 _TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _NULLABLE_STRING = {"type": ["string", "null"]}
+# Provenance as far as an MCP client can use it: the origin and the session. The
+# turn, message and tool-call ids name another application's records.
+_ORIGIN = {"type": "string"}
 
 MEMORY_SCHEMA = object_schema(
     {
@@ -78,8 +84,52 @@ MEMORY_SCHEMA = object_schema(
         "session_id": _NULLABLE_STRING,
         "created_at": _TIME,
         "updated_at": _TIME,
+        "origin": _ORIGIN,
+        "expires_at": _NULLABLE_TIME,
+        "version": {"type": "integer", "minimum": 1},
     },
-    ["id", "kind", "key", "content", "importance", "session_id", "created_at", "updated_at"],
+    [
+        "id",
+        "kind",
+        "key",
+        "content",
+        "importance",
+        "session_id",
+        "created_at",
+        "updated_at",
+        "origin",
+        "expires_at",
+        "version",
+    ],
+)
+
+FACT_VERSION_SCHEMA = object_schema(
+    {
+        "version": {"type": "integer", "minimum": 1},
+        "key": _NULLABLE_STRING,
+        "content": {"type": "string"},
+        "importance": {"type": "number", "minimum": 0, "maximum": 1},
+        "expires_at": _NULLABLE_TIME,
+        "session_id": _NULLABLE_STRING,
+        "origin": _ORIGIN,
+        "valid_from": _TIME,
+        "valid_to": _TIME,
+        "ended": {"type": "string", "enum": ["updated", "deleted", "expired"]},
+        "ended_origin": _ORIGIN,
+    },
+    [
+        "version",
+        "key",
+        "content",
+        "importance",
+        "expires_at",
+        "session_id",
+        "origin",
+        "valid_from",
+        "valid_to",
+        "ended",
+        "ended_origin",
+    ],
 )
 
 RECALL_RESULT_SCHEMA = object_schema(
@@ -125,6 +175,26 @@ def memory_json(m: Memory) -> dict[str, Any]:
         "session_id": m.session_id,
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
+        "origin": m.origin,
+        "expires_at": m.expires_at.isoformat() if m.expires_at else None,
+        "version": m.version,
+    }
+
+
+def fact_version_json(v: FactVersion) -> dict[str, Any]:
+    """An earlier value of a fact, as ``FACT_VERSION_SCHEMA`` describes it."""
+    return {
+        "version": v.version,
+        "key": v.key,
+        "content": v.content,
+        "importance": v.importance,
+        "expires_at": v.expires_at.isoformat() if v.expires_at else None,
+        "session_id": v.session_id,
+        "origin": v.origin,
+        "valid_from": v.valid_from.isoformat(),
+        "valid_to": v.valid_to.isoformat(),
+        "ended": v.ended,
+        "ended_origin": v.ended_origin,
     }
 
 

@@ -1,5 +1,5 @@
 """The memory tools an MCP client's model may call: remember, recall, list_facts,
-forget_fact (episodes are in ``episodes``).
+forget_fact, fact_history, restore_fact (episodes are in ``episodes``).
 
 Each is a popagent ``Tool``, so the server runs it through ``ToolRunner``: the
 same argument checks (unknown names refused, bounds), hooks and audit rows as a
@@ -15,6 +15,9 @@ Invariants:
   same schema, same validation, same secret refusal, same result wording.
 - Tools that return structured results write them into the ``StructuredSlot``
   they were built with, and only when they succeed.
+- Every write and delete records the context's provenance (origin ``mcp``, the
+  server's session); forgetting a fact keeps its last value in its history,
+  which ``fact_history`` reads and ``restore_fact`` brings back.
 """
 
 from __future__ import annotations
@@ -28,30 +31,36 @@ from ..errors import NotFoundError
 from ..llm.protocol import ToolSpec
 from ..memory.render import render
 from ..memory.validation import KEY_CAP, QUERY_CAP, normalize_key
-from ..models import Memory
+from ..models import FactVersion, Memory
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
+    FACT_VERSION_SCHEMA,
     ID_MAX,
     MEMORY_SCHEMA,
     OFFSET_MAX,
     RECALL_RESULT_SCHEMA,
     StructuredSlot,
+    fact_version_json,
     memory_json,
     object_schema,
     recall_result_json,
 )
 
 __all__ = [
+    "FACT_HISTORY_SPEC",
     "FORGET_FACT_SPEC",
     "LIST_FACTS_SPEC",
     "NO_MEMORIES",
     "RECALL_SPEC",
     "REMEMBER_MCP_SPEC",
+    "RESTORE_FACT_SPEC",
+    "FactHistoryTool",
     "ForgetFactTool",
     "ListFactsTool",
     "McpRememberTool",
     "MemoryTool",
     "RecallTool",
+    "RestoreFactTool",
     "ToolHints",
     "fact_line",
 ]
@@ -286,7 +295,9 @@ FORGET_FACT_SPEC = ToolSpec(
         "Delete one durable fact from the user's long-term memory, by its id or by its "
         "key (give exactly one). Use it when the user asks you to forget something or a "
         "fact is wrong and has no key to overwrite; to change a keyed fact, call remember "
-        "with the same key instead. Past conversations (episodes) cannot be deleted here."
+        "with the same key instead. The deleted value stays in the fact's history "
+        "(fact_history) and can be brought back with restore_fact. Past conversations "
+        "(episodes) cannot be deleted here."
     ),
     parameters=object_schema(
         {
@@ -331,13 +342,191 @@ class ForgetFactTool:
                 "Refused, nothing was deleted: give either id or key (exactly one).",
                 "InvalidArguments",
             )
-        if fact_id is not None:
-            fact = await ctx.memory.get_fact(ctx.resource_id, fact_id)
+        fact = await _find_fact(ctx, fact_id, key)
+        await ctx.memory.delete_fact(
+            ctx.resource_id, fact.id, origin=ctx.provenance.origin, session_id=ctx.session_id
+        )
+        return ToolOutcome.ok(f"Deleted {_where(fact)}: {fact.content}")
+
+
+def _where(fact: Memory) -> str:
+    return f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
+
+
+async def _find_fact(ctx: ToolContext, fact_id: int | None, key: str | None) -> Memory:
+    """The current fact of this resource with ``fact_id`` or ``key``."""
+    if fact_id is not None:
+        return await ctx.memory.get_fact(ctx.resource_id, fact_id)
+    found = await ctx.memory.list_facts(ctx.resource_id, key=key, limit=1)
+    if not found:
+        raise NotFoundError(f"no fact with key {key!r} in this resource")
+    return found[0]
+
+
+# --- history ------------------------------------------------------------------------------
+
+FACT_HISTORY_SPEC = ToolSpec(
+    name="fact_history",
+    description=(
+        "Show the earlier values of one durable fact, newest first: each version's text, "
+        "when it held, who wrote it and how it ended (updated, deleted or expired). Give "
+        "its id or its key (exactly one); a deleted fact is found by id only. Use a "
+        "version number with restore_fact to bring that value back."
+    ),
+    parameters=object_schema(
+        {
+            "id": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": ID_MAX,
+                "description": "The fact's id, as list_facts, recall or forget_fact shows it.",
+            },
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": KEY_CAP,
+                "description": "The key of a current fact, e.g. 'ui.theme'.",
+            },
+        },
+        [],
+    ),
+)
+
+
+def version_line(v: FactVersion) -> str:
+    """One earlier value as ``fact_history`` shows it."""
+    key = f" key={v.key}" if v.key else ""
+    return (
+        f"- version {v.version}{key} ({v.valid_from.isoformat()} to {v.valid_to.isoformat()}, "
+        f"written by {v.origin}, {v.ended} by {v.ended_origin}): {v.content}"
+    )
+
+
+class FactHistoryTool:
+    """``fact_history(id | key)``: the current value (if any) and the earlier ones."""
+
+    def __init__(self, slot: StructuredSlot) -> None:
+        self._slot = slot
+
+    @property
+    def name(self) -> str:
+        return FACT_HISTORY_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return FACT_HISTORY_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(
+            title="Show a fact's history",
+            read_only=True,
+            idempotent=True,
+            output_schema=object_schema(
+                {
+                    "fact": {"anyOf": [MEMORY_SCHEMA, {"type": "null"}]},
+                    "versions": {"type": "array", "items": FACT_VERSION_SCHEMA},
+                },
+                ["fact", "versions"],
+            ),
+        )
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        fact_id = arguments.get("id")
+        key = normalize_key(arguments.get("key"))
+        if (fact_id is None) == (key is None):
+            return ToolOutcome.refused(
+                "Refused: give either id or key (exactly one).", "InvalidArguments"
+            )
+        current: Memory | None
+        if fact_id is None:
+            current = await _find_fact(ctx, None, key)
+            fact_id = current.id
         else:
-            found = await ctx.memory.list_facts(ctx.resource_id, key=key, limit=1)
-            if not found:
-                raise NotFoundError(f"no fact with key {key!r} in this resource")
-            fact = found[0]
-        await ctx.memory.delete_fact(ctx.resource_id, fact.id)
-        where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
-        return ToolOutcome.ok(f"Deleted {where}: {fact.content}")
+            try:
+                current = await ctx.memory.get_fact(ctx.resource_id, fact_id)
+            except NotFoundError:
+                current = None  # deleted or expired: its history may still hold it
+        versions = await ctx.memory.fact_history(ctx.resource_id, fact_id)
+        self._slot.value = {
+            "fact": memory_json(current) if current is not None else None,
+            "versions": [fact_version_json(v) for v in versions],
+        }
+        head = (
+            f"Current value of {_where(current)} (version {current.version}): {current.content}"
+            if current is not None
+            else f"Fact #{fact_id} is deleted or expired; restore_fact can bring a version back."
+        )
+        if not versions:
+            return ToolOutcome.ok(f"{head}\nNo earlier values.")
+        noun = "earlier value" if len(versions) == 1 else "earlier values"
+        return ToolOutcome.ok(
+            "\n".join([head, f"{len(versions)} {noun}:", *map(version_line, versions)])
+        )
+
+
+RESTORE_FACT_SPEC = ToolSpec(
+    name="restore_fact",
+    description=(
+        "Make an earlier value of a durable fact current again, by the fact's id and a "
+        "version number from fact_history; a deleted or expired fact comes back under its "
+        "id. The value it replaces stays in the history. Use it when the user asks to undo "
+        "a change or bring back something forgotten. Refused when another fact now has "
+        "that key or text."
+    ),
+    parameters=object_schema(
+        {
+            "id": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": ID_MAX,
+                "description": "The fact's id.",
+            },
+            "version": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 2**31 - 1,
+                "description": "The version to bring back, as fact_history shows it.",
+            },
+        },
+        ["id", "version"],
+    ),
+)
+
+
+class RestoreFactTool:
+    """``restore_fact(id, version)``: one earlier value made current again."""
+
+    def __init__(self, slot: StructuredSlot) -> None:
+        self._slot = slot
+
+    @property
+    def name(self) -> str:
+        return RESTORE_FACT_SPEC.name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return RESTORE_FACT_SPEC
+
+    @property
+    def hints(self) -> ToolHints:
+        return ToolHints(
+            title="Restore a fact's earlier value",
+            read_only=False,
+            idempotent=True,
+            output_schema=object_schema({"fact": MEMORY_SCHEMA}, ["fact"]),
+        )
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+        fact = await ctx.memory.restore_fact(
+            ctx.resource_id,
+            arguments["id"],
+            arguments["version"],
+            session_id=ctx.session_id,
+            provenance=ctx.provenance,
+        )
+        self._slot.value = {"fact": memory_json(fact)}
+        return ToolOutcome.ok(
+            f"Restored {_where(fact)} to version {arguments['version']}'s value "
+            f"(now version {fact.version}): {fact.content}"
+        )

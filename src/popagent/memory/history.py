@@ -195,11 +195,17 @@ class FactHistory(MemoryBase):
                 history = await version_store.list_versions(conn, resource_id, memory.id)
                 before = next((v for v in history if v.session_id != session_id), None)
                 plan.append((memory, before))
-        current_ids = {m.id for m in writes.memories}
-        for ended in writes.ended:
-            if ended.ended == "deleted" and ended.fact_id not in current_ids:
-                plan.append((None, ended))
+            current_ids = {m.id for m in writes.memories}
+            for ended in writes.ended:
+                if ended.ended != "deleted" or ended.fact_id in current_ids:
+                    continue
                 current_ids.add(ended.fact_id)
+                # A fact it deleted comes back with its newest value someone else
+                # wrote; one the session itself created stays deleted.
+                history = await version_store.list_versions(conn, resource_id, ended.fact_id)
+                before = next((v for v in history if v.session_id != session_id), None)
+                if before is not None:
+                    plan.append((None, before))
         contents = [v.content for _m, v in plan if v is not None]
         vectors = iter(await self._vectors(contents) or [])
         restored: list[int] = []

@@ -46,6 +46,7 @@ from ..store import vectors as vector_store
 from ..store.database import Conn
 from .base import check_memory_id
 from .history import FactHistory
+from .purge import PurgeReport, purge_resource
 from .ranking import idf, rank
 from .render import DEFAULT_BUDGET, render
 from .semantic import BackfillReport, backfill
@@ -691,6 +692,13 @@ class LongTermMemory(FactHistory):
         older_than = check_time("older_than", older_than)
         async with self._pool.connection() as conn:
             return await store.cleanup(conn, resource_id, kind=kind, older_than=older_than)
+
+    async def purge(self, resource_id: str, *, vacuum: bool = True) -> PurgeReport:
+        """Remove everything of this resource, not only its long-term memory: facts with
+        every version, episodes, vectors, sessions, messages, observations, settings,
+        secrets and audit rows, in one transaction; then ``VACUUM`` (skip with
+        ``vacuum=False``). See ``popagent.memory.purge``."""
+        return await purge_resource(self._pool, resource_id, vacuum=vacuum)
 
     async def maintain(
         self, *, now: datetime | None = None, resource_id: str | None = None

@@ -411,7 +411,8 @@ async def delete_memory(
     ended_session_id: str | None = None,
 ) -> bool:
     """Delete memory ``id``; a fact's last value stays as a version unless ``purge``,
-    which also deletes every earlier version. ``False`` if no such memory."""
+    which also deletes every earlier version (of a fact deleted before, too).
+    ``False`` if there was nothing to delete."""
     cur = await conn.execute(
         DELETE_MEMORY,
         {
@@ -427,7 +428,11 @@ async def delete_memory(
     row = await cur.fetchone()
     deleted = row is not None and row["deleted"] > 0
     if kind == "fact" and purge:
-        await conn.execute(PURGE_VERSIONS_OF_FACTS, {"resource_id": resource_id, "fact_ids": [id]})
+        # A fact deleted earlier has only its history left: purging that counts.
+        cur = await conn.execute(
+            PURGE_VERSIONS_OF_FACTS, {"resource_id": resource_id, "fact_ids": [id]}
+        )
+        deleted = deleted or cur.rowcount > 0
     return deleted
 
 

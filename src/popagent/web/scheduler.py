@@ -93,6 +93,7 @@ class MaintenanceScheduler:
             extra={
                 "expired_episodes": report.expired_episodes,
                 "capped_episodes": report.capped_episodes,
+                "expired_facts": report.expired_facts,
             },
         )
         return report

@@ -26,8 +26,16 @@ __all__ = [
     "ComponentOut",
     "ErrorOut",
     "FactCreate",
+    "FactHistoryOut",
+    "FactRestore",
     "FactUpdate",
+    "FactVersionOut",
     "Health",
+    "ItemOut",
+    "ItemPage",
+    "ItemPopped",
+    "ItemsAdded",
+    "ItemsAppend",
     "MaintenanceOut",
     "MemoryOut",
     "MemoryPage",
@@ -36,12 +44,17 @@ __all__ = [
     "ObservationGroupOut",
     "ObservationLogOut",
     "ObservationsOut",
+    "PurgeOut",
+    "PurgeRequest",
     "RecallOut",
     "RecallRequest",
     "RecallResultOut",
+    "RevertReportOut",
+    "RevertRequest",
     "SessionOut",
     "SessionPage",
     "SessionRename",
+    "SessionWritesOut",
     "SettingOut",
     "SettingsOut",
     "ToolCallOut",
@@ -60,20 +73,46 @@ Key = Annotated[str, Field(min_length=1, max_length=KEY_CAP)]
 Importance = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
+def _iso_text(value: object) -> object:
+    # Lax datetime parsing also takes numbers (Unix seconds); an expiry is text only.
+    if value is not None and not isinstance(value, str):
+        raise PydanticCustomError("datetime_type", "must be ISO 8601 text with a time zone")
+    return value
+
+
+#: ISO 8601 with a time zone, in the future (JSON has no datetime type, so this
+#: field parses text; the library refuses a time without a zone or in the past).
+ExpiresAt = Annotated[
+    datetime | None,
+    Field(strict=False, description="ISO 8601 with a time zone, in the future."),
+    BeforeValidator(_iso_text),
+]
+
+
 class FactCreate(_Strict):
     """A new fact. ``content`` is required; a taken ``key`` is a 409 (PATCH that fact instead)."""
 
     content: Content
     key: Key | None = None
     importance: Importance = 0.5
+    #: When the fact ends: after it, recall never returns it and maintenance removes it.
+    expires_at: ExpiresAt = None
 
 
 class FactUpdate(_Strict):
-    """Fields to change; at least one. ``"key": null`` removes the fact's key."""
+    """Fields to change; at least one. ``"key": null`` removes the fact's key and
+    ``"expires_at": null`` its expiry. The replaced value is kept as a version."""
 
     content: Content | None = None
     key: Key | None = None
     importance: Importance | None = None
+    expires_at: ExpiresAt = None
+
+
+class FactRestore(_Strict):
+    """The version (from ``GET /api/facts/{id}/versions``) to make current again."""
+
+    version: Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class RecallRequest(_Strict):
@@ -100,6 +139,19 @@ class CleanupRequest(_Strict):
     kind: Literal["fact", "episode"] | None = None
     #: ISO 8601 with a time zone (JSON has no datetime type, so this one field parses text).
     older_than: Annotated[datetime | None, Field(strict=False)] = None
+
+
+class PurgeRequest(_Strict):
+    """Purge the server's resource: everything of it, not only long-term memory.
+    ``confirm`` must be true (the JSON boolean)."""
+
+    confirm: JsonTrue
+
+
+class RevertRequest(_Strict):
+    """Revert a session's long-term writes. ``confirm`` must be true."""
+
+    confirm: JsonTrue
 
 
 class SessionRename(_Strict):
@@ -134,6 +186,67 @@ class MemoryOut(BaseModel):
     updated_at: datetime
     accessed_at: datetime | None
     access_count: int
+    #: Provenance: where the write came from (``api``, ``gui``, ``agent``, ...), and
+    #: when it came from a chat turn, the turn, its source messages and tool call.
+    origin: str
+    turn_id: int | None
+    message_ids: list[int]
+    tool_call_id: str | None
+    #: Facts only: when the fact ends (``null``: never).
+    expires_at: datetime | None
+    #: The current value's version number: 1 until the fact changes.
+    version: int
+
+
+class FactVersionOut(BaseModel):
+    """A value a fact had from ``valid_from`` until ``valid_to``, who wrote it, and
+    how it ended (``updated``, ``deleted``, ``expired``) and by whom."""
+
+    resource_id: str
+    fact_id: int
+    version: int
+    key: str | None
+    content: str
+    content_sha256: str
+    importance: float
+    expires_at: datetime | None
+    session_id: str | None
+    origin: str
+    turn_id: int | None
+    message_ids: list[int]
+    tool_call_id: str | None
+    valid_from: datetime
+    valid_to: datetime
+    ended: Literal["updated", "deleted", "expired"]
+    ended_origin: str
+    ended_session_id: str | None
+
+
+class FactHistoryOut(BaseModel):
+    fact_id: int
+    #: The current value (its ``version`` is the current version number);
+    #: ``null`` when the fact is deleted or expired (a version can bring it back).
+    current: MemoryOut | None
+    #: Every earlier value, newest first.
+    versions: list[FactVersionOut]
+
+
+class SessionWritesOut(BaseModel):
+    session_id: str
+    #: Current facts and episodes whose value the session wrote, newest first.
+    memories: list[MemoryOut]
+    #: Fact values the session replaced or deleted.
+    ended: list[FactVersionOut]
+
+
+class RevertReportOut(BaseModel):
+    """What a revert did, by memory id: facts restored to their value before the
+    session, memories the session created and that are now deleted, and facts
+    skipped because their old key or content is now taken by another fact."""
+
+    restored: list[int]
+    deleted: list[int]
+    skipped: list[int]
 
 
 class MemoryPage(BaseModel):
@@ -167,9 +280,21 @@ class CleanupReport(BaseModel):
     deleted: int
 
 
+class PurgeOut(BaseModel):
+    """Rows deleted per table (every table that holds a resource's rows), and the
+    tables vacuumed afterwards (``vacuum_error``: why that failed; the purge stands)."""
+
+    deleted: dict[str, int]
+    total: int
+    vacuumed: list[str]
+    vacuum_error: str | None
+
+
 class MaintenanceOut(BaseModel):
     expired_episodes: int
     capped_episodes: int
+    #: Facts past their ``expires_at`` (each keeps its last value as a version).
+    expired_facts: int
 
 
 class SessionOut(BaseModel):
@@ -208,6 +333,33 @@ class MessagePage(BaseModel):
     items: list[MessageOut]
     #: Pass as ``after_id`` for the next page; ``null`` on the last one.
     next_after_id: int | None
+
+
+class ItemsAppend(_Strict):
+    """Framework session items (OpenAI Agents SDK input items) to append, in order."""
+
+    items: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=1000)]
+
+
+class ItemsAdded(BaseModel):
+    #: The message id each item was stored as, in order.
+    ids: list[int]
+
+
+class ItemOut(BaseModel):
+    id: int
+    item: dict[str, Any]
+
+
+class ItemPage(BaseModel):
+    items: list[ItemOut]
+    #: Pass as ``after_id`` for the next page; ``null`` on the last one (and with ``last``).
+    next_after_id: int | None
+
+
+class ItemPopped(BaseModel):
+    #: The item removed; ``null`` when the session had none.
+    item: dict[str, Any] | None
 
 
 class ObservationLogOut(BaseModel):

@@ -2,10 +2,18 @@
 
 from .chat import router as chat_router
 from .memories import router as memories_router
+from .purge import router as purge_router
 from .sessions import router as sessions_router
 from .settings import router as settings_router
 from .system import router as system_router
 
 __all__ = ["ROUTERS"]
 
-ROUTERS = (memories_router, sessions_router, settings_router, chat_router, system_router)
+ROUTERS = (
+    memories_router,
+    purge_router,
+    sessions_router,
+    settings_router,
+    chat_router,
+    system_router,
+)

@@ -3,6 +3,11 @@
 Every call acts on the server's resource. Episodes are immutable: they can be
 read and deleted, and there is no route that changes one. Lists are newest
 first, paged by ``limit``/``offset``; ``next_offset`` is ``null`` on the last page.
+
+Every write records ``origin="api"`` as its provenance. Changing or deleting a
+fact keeps the replaced value as a version (``/api/facts/{id}/versions``),
+which ``/api/facts/{id}/restore`` makes current again; ``?purge=true`` on
+delete removes the history too.
 """
 
 from __future__ import annotations
@@ -12,15 +17,17 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from ...errors import ValidationError
+from ...errors import NotFoundError, ValidationError
 from ...memory.render import render
 from ...memory.validation import KEY_CAP
-from ...models import Memory
+from ...models import Memory, Provenance
 from ..schemas import (
     CleanupReport,
     CleanupRequest,
     ErrorOut,
     FactCreate,
+    FactHistoryOut,
+    FactRestore,
     FactUpdate,
     MemoryOut,
     MemoryPage,
@@ -40,6 +47,9 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 router = APIRouter(prefix="/api", tags=["memories"], responses=_ERRORS)
+
+#: The provenance of every write through this API.
+API_WRITE = Provenance(origin="api")
 
 MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory's id.")]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT)]
@@ -115,7 +125,12 @@ async def list_facts(
 async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
     s = services(request)
     fact = await s.memory.create_fact(
-        s.resource_id, body.content, key=body.key, importance=body.importance
+        s.resource_id,
+        body.content,
+        key=body.key,
+        importance=body.importance,
+        expires_at=body.expires_at,
+        provenance=API_WRITE,
     )
     return fact.to_json()
 
@@ -130,7 +145,7 @@ async def get_fact(request: Request, id: MemoryId) -> dict[str, object]:
 async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> dict[str, object]:
     given = body.model_fields_set
     if not given:
-        raise ValidationError("body", "name at least one of content, key, importance")
+        raise ValidationError("body", "name at least one of content, key, importance, expires_at")
     for name in ("content", "importance"):
         if name in given and getattr(body, name) is None:
             raise ValidationError(name, "may not be null (leave it out to keep it)")
@@ -142,15 +157,64 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> dict[
         key=body.key,
         clear_key="key" in given and body.key is None,
         importance=body.importance,
+        expires_at=body.expires_at,
+        clear_expiry="expires_at" in given and body.expires_at is None,
+        provenance=API_WRITE,
     )
     return fact.to_json()
 
 
 @router.delete("/facts/{id}", status_code=204, summary="Delete a fact")
-async def delete_fact(request: Request, id: MemoryId) -> Response:
+async def delete_fact(
+    request: Request,
+    id: MemoryId,
+    purge: Annotated[
+        Literal["true", "false"],
+        Query(description="``true`` also removes every earlier version: no restore."),
+    ] = "false",
+) -> Response:
+    """Delete fact ``id``; its last value stays in its history (restorable)
+    unless ``purge=true`` (exactly ``true`` or ``false``)."""
     s = services(request)
-    await s.memory.delete_fact(s.resource_id, id)
+    await s.memory.delete_fact(s.resource_id, id, purge=purge == "true", origin="api")
     return Response(status_code=204)
+
+
+@router.get(
+    "/facts/{id}/versions",
+    response_model=FactHistoryOut,
+    summary="A fact's history: its current value and every earlier one",
+)
+async def fact_versions(request: Request, id: MemoryId) -> dict[str, object]:
+    """``current`` is the fact as it stands (``null`` once deleted or expired);
+    ``versions`` its earlier values, newest first, each with ``valid_from``,
+    ``valid_to``, how it ended and who wrote and ended it. 404 when the fact
+    never existed or was purged."""
+    s = services(request)
+    versions = await s.memory.fact_history(s.resource_id, id)
+    try:
+        current: Memory | None = await s.memory.get_fact(s.resource_id, id)
+    except NotFoundError:  # deleted (or expired and removed): only its history is left
+        current = None
+    return {
+        "fact_id": id,
+        "current": current.to_json() if current is not None else None,
+        "versions": [v.to_json() for v in versions],
+    }
+
+
+@router.post(
+    "/facts/{id}/restore",
+    response_model=MemoryOut,
+    summary="Make an earlier version of a fact current again",
+)
+async def restore_fact(request: Request, id: MemoryId, body: FactRestore) -> dict[str, object]:
+    """The value it replaces becomes a version in turn; a deleted fact comes back
+    under its id. 404 for an unknown version, 409 when its key or content is
+    now another fact's."""
+    s = services(request)
+    fact = await s.memory.restore_fact(s.resource_id, id, body.version, provenance=API_WRITE)
+    return fact.to_json()
 
 
 # --- episodes ---------------------------------------------------------------------------------

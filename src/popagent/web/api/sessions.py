@@ -2,7 +2,10 @@
 and their observational-memory state (read-only).
 
 Deleting a session deletes its messages and observations; long-term memory
-stays (only an explicit cleanup removes it).
+stays (only an explicit cleanup removes it). ``/writes`` lists what a session
+wrote to long-term memory and ``/revert`` undoes it (every undone value stays
+in its fact's history). ``/items`` keeps a framework session's items exactly
+(``popagent.threads.items``: the OpenAI Agents SDK ``Session`` of a remote app).
 """
 
 from __future__ import annotations
@@ -11,14 +14,22 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from ...threads.items import SessionItems
 from ...threads.service import PAGE_CAP
 from ..schemas import (
     ErrorOut,
+    ItemPage,
+    ItemPopped,
+    ItemsAdded,
+    ItemsAppend,
     MessagePage,
     ObservationsOut,
+    RevertReportOut,
+    RevertRequest,
     SessionOut,
     SessionPage,
     SessionRename,
+    SessionWritesOut,
 )
 from ..services import services
 
@@ -92,6 +103,68 @@ async def list_messages(
 
 
 @router.get(
+    "/{session_id}/items", response_model=ItemPage, summary="Read a framework session's items"
+)
+async def list_items(
+    request: Request,
+    session_id: SessionId,
+    after_id: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+    limit: Annotated[int, Query(ge=1, le=PAGE_CAP)] = 100,
+    last: Annotated[int | None, Query(ge=1, le=PAGE_CAP)] = None,
+) -> ItemPage:
+    """Items exactly as added (``popagent.threads.items``), oldest first: a page after
+    ``after_id``, or with ``last`` the newest ``last``. An unknown session has none."""
+    s = services(request)
+    items = SessionItems(s.memory.pool)
+    if last is not None:
+        rows = await items.page(s.resource_id, session_id, last=last)
+        return ItemPage.model_validate(
+            {"items": [{"id": i, "item": it} for i, it in rows], "next_after_id": None}
+        )
+    # One more than asked says whether there is a next page.
+    rows = await items.page(s.resource_id, session_id, after_id=after_id, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return ItemPage.model_validate(
+        {
+            "items": [{"id": i, "item": it} for i, it in rows],
+            "next_after_id": rows[-1][0] if more else None,
+        }
+    )
+
+
+@router.post(
+    "/{session_id}/items",
+    status_code=201,
+    response_model=ItemsAdded,
+    summary="Append framework session items (creates the session)",
+)
+async def append_items(request: Request, session_id: SessionId, body: ItemsAppend) -> ItemsAdded:
+    """All items or none; each is screened for credentials as every message is."""
+    s = services(request)
+    ids = await SessionItems(s.memory.pool).append(s.resource_id, session_id, body.items)
+    return ItemsAdded(ids=ids)
+
+
+@router.delete(
+    "/{session_id}/items/last", response_model=ItemPopped, summary="Remove the newest item"
+)
+async def pop_item(request: Request, session_id: SessionId) -> ItemPopped:
+    s = services(request)
+    return ItemPopped(item=await SessionItems(s.memory.pool).pop(s.resource_id, session_id))
+
+
+@router.delete(
+    "/{session_id}/items", status_code=204, summary="Remove every item (the session stays)"
+)
+async def clear_items(request: Request, session_id: SessionId) -> Response:
+    """Empties the session's history and thread-scoped state; a no-op for an unknown session."""
+    s = services(request)
+    await SessionItems(s.memory.pool).clear(s.resource_id, session_id)
+    return Response(status_code=204)
+
+
+@router.get(
     "/{session_id}/observations",
     response_model=ObservationsOut,
     summary="Observational-memory state of a session",
@@ -113,3 +186,33 @@ async def observations(request: Request, session_id: SessionId) -> dict[str, Any
 
 def _fields(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in value.__slots__}
+
+
+@router.get(
+    "/{session_id}/writes",
+    response_model=SessionWritesOut,
+    summary="What a session wrote to long-term memory",
+)
+async def session_writes(request: Request, session_id: SessionId) -> dict[str, object]:
+    """The facts and episodes whose current value the session wrote, and the fact
+    values it replaced or deleted. Any session id may have writes (a library
+    write names its session freely), so an unknown one lists nothing, not 404."""
+    s = services(request)
+    return (await s.memory.session_writes(s.resource_id, session_id)).to_json()
+
+
+@router.post(
+    "/{session_id}/revert",
+    response_model=RevertReportOut,
+    summary="Undo a session's long-term writes",
+)
+async def revert_session(
+    request: Request, session_id: SessionId, body: RevertRequest
+) -> dict[str, object]:
+    """Each fact the session changed goes back to its value before the session (or
+    is deleted when the session created it), its episodes are deleted and the
+    facts it deleted come back, in one transaction. A fact whose old key or
+    content is now another fact's is skipped and reported. ``confirm`` must be true."""
+    s = services(request)
+    report = await s.memory.revert_session(s.resource_id, session_id, origin="api")
+    return report.to_json()

@@ -65,7 +65,8 @@ async def info(request: Request) -> dict[str, Any]:
     "/api/maintenance",
     response_model=MaintenanceOut,
     responses={422: {"model": ErrorOut}},
-    summary="Run retention maintenance now for this resource (90 days, 5,000 episodes)",
+    summary="Run retention maintenance now for this resource (90 days, 5,000 episodes, "
+    "expired facts)",
 )
 async def maintain(request: Request) -> dict[str, int]:
     """This resource only, as every management route; the server's schedule (and
@@ -75,4 +76,5 @@ async def maintain(request: Request) -> dict[str, int]:
     return {
         "expired_episodes": report.expired_episodes,
         "capped_episodes": report.capped_episodes,
+        "expired_facts": report.expired_facts,
     }

@@ -1,12 +1,17 @@
-"""Explicit cleanup of long-term memory, and retention maintenance on demand.
+"""Explicit cleanup of long-term memory, purge of the whole resource, and retention
+maintenance on demand.
 
 Cleanup takes three steps and deletes only at the last: ``/cleanup`` chooses
 what (a kind, created before a date), ``/cleanup/confirm`` (GET, no effect)
-shows how many memories that is, and only its POST form deletes them.
+shows how many memories that is, and only its POST form deletes them. Purge
+(everything of the resource, not only its memory) is linked from ``/cleanup``:
+``/purge`` (GET, no effect) shows the rows per table, and its POST form needs
+the resource ID typed out as well.
 
 Invariants:
-- Nothing is deleted by a GET, and the POST needs the explicit ``confirm=yes``
-  field beside the CSRF token.
+- Nothing is deleted by a GET, and the POSTs need the explicit ``confirm=yes``
+  field beside the CSRF token; a purge also needs ``confirm_resource`` equal
+  to the server's resource ID.
 - The count shown is the same filter the delete uses (``created_at`` strictly
   before the start of the chosen UTC day).
 """
@@ -19,6 +24,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...memory.purge import count_resource_rows
 from ...models import Kind
 from ..services import services
 from .forms import FormRefused, read_form
@@ -95,6 +101,35 @@ async def cleanup(request: Request) -> Response:
     return redirect("/", notice="cleanup", n=deleted)
 
 
+@router.get("/purge")
+async def purge_confirm(request: Request) -> Response:
+    s = services(request)
+    counts = await count_resource_rows(s.memory.pool, s.resource_id)
+    return page(
+        request,
+        "purge_confirm.html",
+        active="memories",
+        counts=counts,
+        total=sum(n for _, n in counts),
+    )
+
+
+@router.post("/purge")
+async def purge(request: Request) -> Response:
+    form = await read_form(request, ("confirm", "confirm_resource"))
+    s = services(request)
+    if form.get("confirm") != "yes":
+        raise FormRefused(422, "Not confirmed", "confirm: purge needs the explicit confirmation")
+    if form.get("confirm_resource") != s.resource_id:
+        raise FormRefused(
+            422,
+            "Not confirmed",
+            "confirm_resource: type the resource ID exactly to confirm the purge",
+        )
+    report = await s.memory.purge(s.resource_id)
+    return redirect("/", notice="purge", n=report.total)
+
+
 @router.post("/maintenance")
 async def maintenance(request: Request) -> Response:
     await read_form(request, ())
@@ -105,4 +140,5 @@ async def maintenance(request: Request) -> Response:
         notice="maintenance",
         expired=str(report.expired_episodes),
         capped=str(report.capped_episodes),
+        facts=str(report.expired_facts),
     )

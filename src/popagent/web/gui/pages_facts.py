@@ -1,45 +1,59 @@
-"""Fact and episode writes: create and edit fact forms, delete with a confirmation step.
+"""Fact and episode writes: create and edit fact forms, delete with a confirmation step,
+a fact's history and restoring one of its versions.
 
 Episodes are immutable records: the GUI offers no way to change one, only to
-delete it (after a confirmation page), as the spec requires.
+delete it (after a confirmation page), as the spec requires. Deleting a fact
+keeps its last value in its history unless the confirmation's "purge" box is
+ticked; ``/facts/{id}/history`` shows the history even of a deleted fact, and
+each version's Restore button makes it current again.
+
+An expiry is typed as a date and time in UTC (a ``datetime-local`` field; a
+time with an offset is taken as given). On edit, the expiry shown is the
+fact's own: left as it is, it stays exactly as stored, even once past.
 
 Invariants:
 - Every field is checked by the library's own rules (``popagent.memory.validation``)
   before the write, so all problems of one submission are shown at once, each next
   to its field, and nothing is written while any remains.
 - A successful write answers 303 to the fact's page (redirect after POST).
+- Every write records ``origin="gui"`` as its provenance.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...errors import ConflictError, ValidationError
+from ...errors import ConflictError, NotFoundError, ValidationError
 from ...memory.validation import (
     FACT_CONTENT_CAP,
     KEY_CAP,
+    check_expires_at,
     check_importance,
     normalize_fact_content,
     normalize_key,
 )
-from ...models import Memory
+from ...models import Memory, Provenance
 from ..services import services
-from .forms import read_form
+from .forms import FormRefused, read_form
 from .rendering import page, redirect
 from .routing import HtmlRoute
 
-__all__ = ["FACT_FIELDS", "FactForm", "check_fact_form", "router"]
+__all__ = ["FACT_FIELDS", "GUI_WRITE", "FactForm", "check_fact_form", "expiry_text", "router"]
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
-FACT_FIELDS = ("content", "key", "importance")
+FACT_FIELDS = ("content", "key", "importance", "expires_at")
 DEFAULT_IMPORTANCE = 0.5
+#: The provenance of every write through the GUI.
+GUI_WRITE = Provenance(origin="gui")
+_VERSION_MAX = 2**31 - 1
 
 MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
@@ -52,7 +66,26 @@ class FactForm:
     content: str = ""
     key: str | None = None
     importance: float = DEFAULT_IMPORTANCE
+    #: ``None``: no expiry (on edit: remove it).
+    expires_at: datetime | None = None
+    #: The expiry field still shows the fact's own expiry: leave it as stored.
+    expiry_unchanged: bool = False
     errors: dict[str, str] = field(default_factory=dict)
+
+
+def expiry_text(value: datetime | None) -> str:
+    """An expiry as the form's ``datetime-local`` field shows it: UTC, to the second."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if value is not None else ""
+
+
+def _expiry(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            "expires_at", "must be a date and time like 2026-12-31T18:00 (UTC)"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _importance(text: str) -> float:
@@ -65,8 +98,9 @@ def _importance(text: str) -> float:
     return check_importance(number)
 
 
-def check_fact_form(form: dict[str, str]) -> FactForm:
-    """Check every field of a submitted fact form; an empty key means no key."""
+def check_fact_form(form: dict[str, str], current_expiry: datetime | None = None) -> FactForm:
+    """Check every field of a submitted fact form; an empty key means no key and an
+    empty expiry none. ``current_expiry``: the edited fact's, kept when resubmitted."""
     typed = {name: form.get(name, "") for name in FACT_FIELDS}
     # Browsers send textarea line breaks as CRLF; the library collapses whitespace anyway.
     typed["content"] = typed["content"].replace("\r\n", "\n")
@@ -86,6 +120,15 @@ def check_fact_form(form: dict[str, str]) -> FactForm:
             f.errors["importance"] = exc.message
     else:
         f.errors["importance"] = "is required: a number from 0 to 1"
+    if typed["expires_at"].strip():
+        try:
+            expires_at = _expiry(typed["expires_at"].strip())
+            if current_expiry is not None and expires_at == current_expiry.replace(microsecond=0):
+                f.expires_at, f.expiry_unchanged = current_expiry, True
+            else:
+                f.expires_at = check_expires_at(expires_at)
+        except ValidationError as exc:
+            f.errors["expires_at"] = exc.message
     return f
 
 
@@ -114,7 +157,9 @@ def _show_refusal(f: FactForm, exc: ValidationError | ConflictError) -> None:
 
 @router.get("/facts/new")
 async def new_fact(request: Request) -> Response:
-    f = FactForm(form={"content": "", "key": "", "importance": str(DEFAULT_IMPORTANCE)})
+    f = FactForm(
+        form={"content": "", "key": "", "importance": str(DEFAULT_IMPORTANCE), "expires_at": ""}
+    )
     return _form_page(request, f, fact=None)
 
 
@@ -125,7 +170,12 @@ async def create_fact(request: Request) -> Response:
     if not f.errors:
         try:
             fact = await s.memory.create_fact(
-                s.resource_id, f.content, key=f.key, importance=f.importance
+                s.resource_id,
+                f.content,
+                key=f.key,
+                importance=f.importance,
+                expires_at=f.expires_at,
+                provenance=GUI_WRITE,
             )
         except (ValidationError, ConflictError) as exc:
             _show_refusal(f, exc)
@@ -139,7 +189,12 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
     fact = await s.memory.get_fact(s.resource_id, id)
     f = FactForm(
-        form={"content": fact.content, "key": fact.key or "", "importance": f"{fact.importance:g}"}
+        form={
+            "content": fact.content,
+            "key": fact.key or "",
+            "importance": f"{fact.importance:g}",
+            "expires_at": expiry_text(fact.expires_at),
+        }
     )
     return _form_page(request, f, fact=fact)
 
@@ -148,7 +203,7 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
 async def update_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
     fact = await s.memory.get_fact(s.resource_id, id)
-    f = check_fact_form(await read_form(request, FACT_FIELDS))
+    f = check_fact_form(await read_form(request, FACT_FIELDS), fact.expires_at)
     if not f.errors:
         try:
             await s.memory.update_fact(
@@ -158,6 +213,9 @@ async def update_fact(request: Request, id: MemoryId) -> Response:
                 key=f.key,
                 clear_key=f.key is None,
                 importance=f.importance,
+                expires_at=None if f.expiry_unchanged else f.expires_at,
+                clear_expiry=f.expires_at is None,
+                provenance=GUI_WRITE,
             )
         except (ValidationError, ConflictError) as exc:
             _show_refusal(f, exc)
@@ -175,10 +233,45 @@ async def confirm_delete_fact(request: Request, id: MemoryId) -> Response:
 
 @router.post("/facts/{id}/delete")
 async def delete_fact(request: Request, id: MemoryId) -> Response:
-    await read_form(request, ())
+    """Delete the fact; with ``purge=yes`` (the confirmation's box) its history too."""
+    form = await read_form(request, ("purge",))
+    if form.get("purge", "yes") != "yes":
+        raise FormRefused(422, "Invalid form", "purge: must be yes, or left out")
+    purge = "purge" in form
     s = services(request)
-    await s.memory.delete_fact(s.resource_id, id)
-    return redirect("/", notice="fact-deleted")
+    await s.memory.delete_fact(s.resource_id, id, purge=purge, origin="gui")
+    return redirect("/", notice="fact-purged" if purge else "fact-deleted")
+
+
+@router.get("/facts/{id}/history")
+async def fact_history(request: Request, id: MemoryId) -> Response:
+    """The fact's earlier values, also once it is deleted (404 once purged)."""
+    s = services(request)
+    versions = await s.memory.fact_history(s.resource_id, id)
+    try:
+        current: Memory | None = await s.memory.get_fact(s.resource_id, id)
+    except NotFoundError:
+        current = None
+    return page(
+        request,
+        "fact_history.html",
+        active="memories",
+        fact_id=id,
+        current=current,
+        versions=versions,
+    )
+
+
+@router.post("/facts/{id}/restore")
+async def restore_fact(request: Request, id: MemoryId) -> Response:
+    """Make the submitted ``version`` current (409 page when its key or content is taken)."""
+    form = await read_form(request, ("version",))
+    text = form.get("version", "")
+    if not text.isdigit() or len(text) > 10 or not 1 <= int(text) <= _VERSION_MAX:
+        raise FormRefused(422, "Invalid form", "version: must be a version number")
+    s = services(request)
+    fact = await s.memory.restore_fact(s.resource_id, id, int(text), provenance=GUI_WRITE)
+    return redirect(f"/memories/{fact.id}", notice="fact-restored", version=text)
 
 
 @router.get("/episodes/{id}/delete")

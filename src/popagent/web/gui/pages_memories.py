@@ -1,5 +1,6 @@
 """The memory browser: ``/`` lists and filters facts and episodes, ``/memories/{id}``
-shows one with every piece of metadata.
+shows one with every piece of metadata, its provenance and, for a fact, its
+earlier versions (each with a Restore button, ``pages_facts``).
 
 Filters arrive as a GET query (bookmarkable, no side effects): ``text``
 (case-insensitive substring), ``kind``, ``key``, ``session_id``, ``from`` and
@@ -144,4 +145,5 @@ async def browse(request: Request) -> Response:
 async def detail(request: Request, id: MemoryId) -> Response:
     s = services(request)
     memory = await s.memory.get(s.resource_id, id)
-    return page(request, "memory.html", active="memories", memory=memory)
+    versions = await s.memory.fact_history(s.resource_id, id) if memory.kind == "fact" else []
+    return page(request, "memory.html", active="memories", memory=memory, versions=versions)

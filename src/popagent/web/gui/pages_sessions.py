@@ -8,6 +8,11 @@ A turn that ended without its reply (interrupted, failed) or is still running
 is marked after its last message.
 Deleting a session deletes its messages and observations, after a
 confirmation page; long-term memory stays.
+
+"Writes of this session" lists the facts and episodes the session wrote that
+stand, and the fact values it replaced or deleted. Reverting them takes a
+confirmation page (GET, no effect) and its POST form with ``confirm=yes``;
+every undone value stays in its fact's history.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ...errors import ValidationError
 from ...models import turn_marker, unfinished_turn_ends
 from ...threads.service import TITLE_CAP
 from ..services import services
-from .forms import read_form
+from .forms import FormRefused, read_form
 from .rendering import page, redirect
 from .routing import HtmlRoute
 
@@ -78,6 +83,7 @@ async def _session_page(
         s.resource_id, session_id, after_id=after_id, limit=MESSAGES_PER_PAGE
     )
     logs, groups = await s.observation_state(session_id)
+    writes = await s.memory.session_writes(s.resource_id, session_id)
     next_after_id = messages[-1].id if len(messages) == MESSAGES_PER_PAGE else None
     ends = unfinished_turn_ends(messages, last_page=next_after_id is None)
     by_id = {m.id: m for m in messages}
@@ -99,6 +105,7 @@ async def _session_page(
         title_form=session.title or "" if title_form is None else title_form,
         title_error=title_error,
         title_cap=TITLE_CAP,
+        writes=writes,
         base=session_path(session_id),
     )
 
@@ -139,3 +146,38 @@ async def delete_session(request: Request, session_id: SessionId) -> Response:
     s = services(request)
     await s.threads.delete_session(s.resource_id, session_id)
     return redirect("/sessions", notice="session-deleted")
+
+
+@router.get("/sessions/{session_id}/revert")
+async def confirm_revert(request: Request, session_id: SessionId) -> Response:
+    """What reverting would undo; changes nothing."""
+    s = services(request)
+    session = await s.threads.get_session(s.resource_id, session_id)
+    writes = await s.memory.session_writes(s.resource_id, session_id)
+    return page(
+        request,
+        "session_revert.html",
+        active="sessions",
+        session=session,
+        writes=writes,
+        base=session_path(session_id),
+    )
+
+
+@router.post("/sessions/{session_id}/revert")
+async def revert_session(request: Request, session_id: SessionId) -> Response:
+    form = await read_form(request, ("confirm",))
+    if form.get("confirm") != "yes":
+        raise FormRefused(
+            422, "Not confirmed", "confirm: reverting needs the explicit confirmation"
+        )
+    s = services(request)
+    await s.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
+    report = await s.memory.revert_session(s.resource_id, session_id, origin="gui")
+    return redirect(
+        session_path(session_id),
+        notice="session-reverted",
+        restored=str(len(report.restored)),
+        deleted=str(len(report.deleted)),
+        skipped=str(len(report.skipped)),
+    )

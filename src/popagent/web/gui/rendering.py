@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -32,13 +32,19 @@ NOTICES = {
     "fact-created": "Fact created.",
     "fact-updated": "Fact saved.",
     "fact-deleted": "Fact deleted.",
+    "fact-purged": "Fact and its history deleted.",
+    "fact-restored": "Version {version} restored.",
     "episode-deleted": "Episode deleted.",
     "cleanup": "Cleanup done: {n} memories deleted.",
-    "maintenance": "Maintenance done: {expired} expired and {capped} over-cap episodes deleted.",
+    "purge": "Purge done: {n} rows deleted; nothing of this resource remains.",
+    "maintenance": "Maintenance done: {expired} expired and {capped} over-cap episodes deleted, "
+    "{facts} expired facts ended.",
     "settings-saved": "Settings saved (version {version}). They apply from the next turn.",
     "settings-unchanged": "Nothing changed: every value was already set.",
     "session-renamed": "Session renamed.",
     "session-deleted": "Session deleted; its long-term memories stay.",
+    "session-reverted": "Session's writes reverted: {restored} facts restored, {deleted} "
+    "memories deleted, {skipped} skipped.",
     "logged-out": "Logged out.",
 }
 
@@ -47,6 +53,11 @@ def _when(value: datetime | None) -> str:
     if value is None:
         return "never"
     return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _past(value: datetime | None) -> bool:
+    """Whether ``value`` (an expiry) has passed: such a fact is no longer recalled."""
+    return value is not None and value <= datetime.now(UTC)
 
 
 def _path(value: object) -> str:
@@ -68,6 +79,7 @@ _env = Environment(
 )
 _env.filters["when"] = _when
 _env.filters["path"] = _path
+_env.filters["past"] = _past
 _env.filters["query"] = _query
 
 
@@ -77,7 +89,7 @@ def notice_of(request: Request) -> str | None:
     if template is None:
         return None
     numbers = {}
-    for name in ("n", "expired", "capped", "version"):
+    for name in ("n", "expired", "capped", "facts", "version", "restored", "deleted", "skipped"):
         raw = request.query_params.get(name, "")
         numbers[name] = f"{int(raw):,}" if raw.isdigit() and len(raw) < 19 else "?"
     return template.format(**numbers)
