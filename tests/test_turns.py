@@ -32,6 +32,7 @@ from popagent.cli import main
 from popagent.cli.sessions import history_lines
 from popagent.errors import NotFoundError, TurnFailedError
 from popagent.llm import OpenAIChatModel
+from popagent.store.locks import session_turn_lock
 from popagent.store.threads import STALE_TURN_AFTER
 from popagent.threads import ThreadStore
 from tests.scripted_model import CallTools, Fail, Hang, Reply, ScriptedModelServer
@@ -204,7 +205,11 @@ async def test_a_new_turn_marks_a_running_one_interrupted_and_old_ones_read_so(
     # A turn whose process died: its user message and running turn, nothing more.
     dead = await threads.append_message(resource, "s", "user", "Lost words", turn="start")
     assert dead.turn_status == "running" and dead.turn_id is not None
-    assert (await threads.list_messages(resource, "s"))[0].turn_status == "running"
+    # No process holds the session's turn lock: readers see it interrupted at once.
+    assert (await threads.list_messages(resource, "s"))[0].turn_status == "interrupted"
+    async with session_turn_lock(memory.pool, resource, "s"):
+        assert (await threads.list_messages(resource, "s"))[0].turn_status == "running"
+    assert [t["status"] for t in await turns_of(memory, resource, "s")] == ["running"]
     agent = Agent(memory, threads, chat_model)
     scripted.script(Reply("Here now."))
     await agent.run_turn(resource, "s", "Hello again")
@@ -365,7 +370,8 @@ def test_popagent_serve_killed_mid_turn_leaves_the_turn_marked(
             assert [(m["role"], m["turn_status"]) for m in items] == [
                 ("user", "completed"),
                 ("assistant", "completed"),
-                ("user", "running"),  # its process is gone; the next turn settles it
+                # Its process is gone, and with it the session's turn lock.
+                ("user", "interrupted"),
             ]
             killed_turn = items[2]["turn_id"]
             scripted.script(Reply("Back again."))
@@ -425,7 +431,11 @@ def test_popagent_chat_killed_mid_turn_leaves_the_turn_marked(
     shown = runner.invoke(main, [*args, "sessions", "show", session, "--json"], env=cli_env)
     assert shown.exit_code == 0, shown.output
     (message,) = json.loads(shown.output)["messages"]
-    assert (message["content"], message["turn_status"]) == ("Words said before the kill", "running")
+    # The killed process took the session's turn lock with it: interrupted at once.
+    assert (message["content"], message["turn_status"]) == (
+        "Words said before the kill",
+        "interrupted",
+    )
 
     scripted.script(Reply("Welcome back."))
     chat = runner.invoke(

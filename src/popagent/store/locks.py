@@ -27,26 +27,37 @@ from contextlib import asynccontextmanager
 
 from .database import Conn, Pool
 
-__all__ = ["TURN_LOCK_NAMESPACE", "session_turn_lock", "turn_lock_held"]
+__all__ = ["TURN_LOCK_NAMESPACE", "session_turn_lock", "turn_lock_held", "turn_lock_held_sql"]
 
 TURN_LOCK_NAMESPACE = "popagent.turn"
 
-TRY_TURN_LOCK = """
+TRY_TURN_LOCK = f"""
 SELECT pg_try_advisory_lock(
-    hashtextextended(%(namespace)s || chr(31) || %(resource_id)s || chr(31) || %(session_id)s, 0)
+    hashtextextended('{TURN_LOCK_NAMESPACE}' || chr(31) || %(resource_id)s || chr(31) || %(session_id)s, 0)
 ) AS locked
 """
 
-# Whether any backend holds the lock of this session (a live turn somewhere).
-TURN_LOCK_HELD = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND database = (
-        SELECT oid FROM pg_database WHERE datname = current_database())
-      AND ((classid::bigint << 32) | objid::bigint) = (
-        hashtextextended(%(namespace)s || chr(31) || %(resource_id)s || chr(31) || %(session_id)s, 0))
-      AND objsubid = 1
-) AS held
+
+def turn_lock_held_sql(resource_id: str, session_id: str) -> str:
+    """A SQL boolean: whether any backend holds the turn lock of the session named by
+    the SQL expressions ``resource_id`` and ``session_id`` (a live turn somewhere).
+
+    A single-key advisory lock shows in ``pg_locks`` as the key's high and low 32
+    bits (``classid``, ``objid``) with ``objsubid`` 1.
+    """
+    key = (
+        f"hashtextextended('{TURN_LOCK_NAMESPACE}' || chr(31) || {resource_id} "
+        f"|| chr(31) || {session_id}, 0)"
+    )
+    return f"""EXISTS (
+        SELECT 1 FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND ((l.classid::bigint << 32) | l.objid::bigint) = {key})"""
+
+
+TURN_LOCK_HELD = f"""
+SELECT {turn_lock_held_sql("%(resource_id)s", "%(session_id)s")} AS held
 """
 
 UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
@@ -56,10 +67,7 @@ POLL_S = 0.05
 
 
 async def _try(conn: Conn, resource_id: str, session_id: str) -> bool:
-    cur = await conn.execute(
-        TRY_TURN_LOCK,
-        {"namespace": TURN_LOCK_NAMESPACE, "resource_id": resource_id, "session_id": session_id},
-    )
+    cur = await conn.execute(TRY_TURN_LOCK, {"resource_id": resource_id, "session_id": session_id})
     row = await cur.fetchone()
     return bool(row and row["locked"])
 
@@ -84,9 +92,6 @@ async def session_turn_lock(pool: Pool, resource_id: str, session_id: str) -> As
 
 async def turn_lock_held(conn: Conn, resource_id: str, session_id: str) -> bool:
     """Whether a live turn (of any process) holds this session's turn lock now."""
-    cur = await conn.execute(
-        TURN_LOCK_HELD,
-        {"namespace": TURN_LOCK_NAMESPACE, "resource_id": resource_id, "session_id": session_id},
-    )
+    cur = await conn.execute(TURN_LOCK_HELD, {"resource_id": resource_id, "session_id": session_id})
     row = await cur.fetchone()
     return bool(row and row["held"])

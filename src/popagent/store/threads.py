@@ -11,7 +11,8 @@ a time, so such a turn is one whose process died). ``complete_turn`` writes
 the final assistant message and marks the turn ``completed`` in one statement,
 meant to run in the caller's transaction beside the episode. Messages read
 back carry their turn's status as a reader should see it: a turn still
-``running`` after ``STALE_TURN_AFTER`` reads ``interrupted``.
+``running`` whose session's turn lock no process holds (its process died), or
+after ``STALE_TURN_AFTER``, reads ``interrupted``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ..models import Message, Session, TurnStatus
 from .database import Conn
+from .locks import turn_lock_held_sql
 
 __all__ = [
     "MAX_TURN_DURATION",
@@ -55,9 +57,15 @@ STALE_TURN_AFTER = MAX_TURN_DURATION + timedelta(minutes=5)
 SESSION_COLUMNS = "resource_id, session_id, title, metadata, created_at, updated_at"
 MESSAGE_COLUMNS = "id, resource_id, session_id, turn_id, role, content, parts, created_at"
 # The same, qualified, with the turn's status as readers see it (see the module doc).
-MESSAGE_READ_COLUMNS = """m.id, m.resource_id, m.session_id, m.turn_id, m.role, m.content,
+# A running turn is live only while some process holds its session's turn lock
+# (``store.locks``: taken before the turn row is written, released after it
+# ends), so one whose process died reads ``interrupted`` at once; the age rule
+# stays for turns that ran without the lock.
+MESSAGE_READ_COLUMNS = f"""m.id, m.resource_id, m.session_id, m.turn_id, m.role, m.content,
     m.parts, m.created_at,
-    CASE WHEN t.status = 'running' AND t.started_at < now() - %(stale_after)s::interval
+    CASE WHEN t.status = 'running'
+              AND (t.started_at < now() - %(stale_after)s::interval
+                   OR NOT {turn_lock_held_sql("t.resource_id", "t.session_id")})
          THEN 'interrupted' ELSE t.status END AS turn_status"""
 MESSAGE_TURN_JOIN = """popagent_messages m
     LEFT JOIN popagent_turns t

@@ -180,7 +180,9 @@ class ThreadStore:
         the message's ``turn_id`` names the turn; ``turn_id`` alone adds the
         message to that turn; ``turn="complete"`` with ``turn_id`` stores the
         turn's final message and marks the turn completed, in one statement.
-        ``conn`` writes on the caller's connection, inside its transaction (the
+        A turn reads ``running`` only while its writer holds the session's turn
+        lock (``store.locks.session_turn_lock``, as ``Agent.run_turn`` does);
+        otherwise readers see it ``interrupted``. ``conn`` writes on the caller's connection, inside its transaction (the
         agent stores the final message and the episode together).
 
         A user message needs visible text or a part (``ValidationError`` on
