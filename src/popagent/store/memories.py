@@ -202,10 +202,14 @@ _FACT_COLUMNS = """
 _FACT_VALUES = """
 VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s,
         %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)"""
-# A changed value also records who changed it: the provenance (and session) is
-# always the current value's writer's. The trigger of migration 0012 keeps the
-# replaced value as a version.
+# A changed value is the fact's next version and records who changed it: the
+# provenance (and session) is always the current value's writer's. The trigger
+# of migration 0012 keeps the replaced value as a version. (The statement, not a
+# BEFORE trigger, bumps the number: a BEFORE ROW UPDATE trigger, even one limited
+# to these columns, makes every other update of the table, such as recall's
+# access bookkeeping, re-fetch and re-lock each row first.)
 _NEW_PROVENANCE = """
+    version = popagent_memories.version + 1,
     session_id = EXCLUDED.session_id,
     origin = EXCLUDED.origin,
     turn_id = EXCLUDED.turn_id,
@@ -253,7 +257,8 @@ UPDATE popagent_memories
 SET content = %(content)s, content_sha256 = %(sha)s, key = %(key)s,
     importance = %(importance)s, expires_at = %(expires_at)s,
     session_id = %(session_id)s, origin = %(origin)s, turn_id = %(turn_id)s,
-    message_ids = %(message_ids)s, tool_call_id = %(tool_call_id)s, updated_at = now()
+    message_ids = %(message_ids)s, tool_call_id = %(tool_call_id)s, updated_at = now(),
+    version = version + 1
 WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = 'fact'
   AND (content, key, importance, expires_at)
       IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz)

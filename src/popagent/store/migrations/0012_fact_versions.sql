@@ -71,23 +71,12 @@ CREATE INDEX popagent_memories_session_idx
     ON popagent_memories (resource_id, session_id)
     WHERE session_id IS NOT NULL;
 
--- A changed value gets the next version number...
-CREATE FUNCTION popagent_facts_next_version() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-    NEW.version := OLD.version + 1;
-    RETURN NEW;
-END
-$fn$;
-
-CREATE TRIGGER popagent_facts_next_version
-    BEFORE UPDATE OF content, key, importance, expires_at ON popagent_memories
-    FOR EACH ROW
-    WHEN (OLD.kind = 'fact'
-          AND (OLD.content, OLD.key, OLD.importance, OLD.expires_at)
-              IS DISTINCT FROM (NEW.content, NEW.key, NEW.importance, NEW.expires_at))
-    EXECUTE FUNCTION popagent_facts_next_version();
-
--- ...and the value it replaces becomes a version.
+-- The value a change replaces becomes a version. The writing statement sets
+-- the next version number itself (store/memories.py): a BEFORE ROW UPDATE
+-- trigger, even one limited to these columns, would make every other update of
+-- the table (recall's access bookkeeping) re-fetch and re-lock its rows. A
+-- change that did not advance the number fails on the versions' primary key
+-- at the next change, rather than lose a version.
 CREATE FUNCTION popagent_facts_keep_version() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO popagent_fact_versions
@@ -106,5 +95,7 @@ $fn$;
 CREATE TRIGGER popagent_facts_keep_version
     AFTER UPDATE OF content, key, importance, expires_at ON popagent_memories
     FOR EACH ROW
-    WHEN (OLD.kind = 'fact' AND OLD.version IS DISTINCT FROM NEW.version)
+    WHEN (OLD.kind = 'fact'
+          AND (OLD.content, OLD.key, OLD.importance, OLD.expires_at)
+              IS DISTINCT FROM (NEW.content, NEW.key, NEW.importance, NEW.expires_at))
     EXECUTE FUNCTION popagent_facts_keep_version();
