@@ -9,6 +9,7 @@ and writes nothing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -478,3 +479,21 @@ async def test_the_unique_indexes_hold_for_current_rows_only(
             )
     rows = await memory_rows(memory, resource)
     assert [(r["key"], r["content"]) for r in rows] == [("car", "Drives a bus")]
+
+
+async def test_a_change_made_by_plain_sql_is_kept_and_numbered(
+    memory: LongTermMemory, resource: str
+) -> None:
+    """An operator's UPDATE does not number the version itself: the trigger does."""
+    fact = (await memory.remember(resource, "Reads novels", key="reading")).memory
+    async with memory.pool.connection() as conn:
+        for text in ("Reads poetry", "Reads essays"):
+            await conn.execute(
+                "UPDATE popagent_memories SET content = %s, content_sha256 = %s "
+                "WHERE resource_id = %s AND id = %s",
+                (text, hashlib.sha256(text.encode()).hexdigest(), resource, fact.id),
+            )
+    current = await memory.get_fact(resource, fact.id)
+    assert (current.content, current.version) == ("Reads essays", 3)
+    history = await memory.fact_history(resource, fact.id)
+    assert [(v.version, v.content) for v in history] == [(2, "Reads poetry"), (1, "Reads novels")]

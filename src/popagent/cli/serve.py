@@ -33,6 +33,9 @@ __all__ = ["serve_command"]
 
 log = logging.getLogger("popagent.serve")
 
+#: Seconds a worker may miss uvicorn's health ping before it is replaced.
+WORKER_HEALTHCHECK_S = 30
+
 
 @click.command("serve")
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to bind.")
@@ -152,6 +155,10 @@ def serve_command(
                 "popagent.cli.workers:create_worker_app",
                 factory=True,
                 workers=workers,
+                # uvicorn kills a worker that misses its health ping (default 5 s) as
+                # hung; on a machine starved of CPU that kills busy, healthy workers
+                # and resets their connections.
+                timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
                 **served,  # type: ignore[arg-type]
             )
     except (PopagentError, OSError) as exc:

@@ -75,8 +75,8 @@ CREATE INDEX popagent_memories_session_idx
 -- the next version number itself (store/memories.py): a BEFORE ROW UPDATE
 -- trigger, even one limited to these columns, would make every other update of
 -- the table (recall's access bookkeeping) re-fetch and re-lock its rows. A
--- change that did not advance the number fails on the versions' primary key
--- at the next change, rather than lose a version.
+-- change written by other SQL, which does not advance the number, is numbered
+-- by the trigger itself.
 CREATE FUNCTION popagent_facts_keep_version() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO popagent_fact_versions
@@ -88,6 +88,11 @@ BEGIN
          OLD.importance, OLD.expires_at, OLD.session_id, OLD.origin, OLD.turn_id,
          OLD.message_ids, OLD.tool_call_id, OLD.updated_at, NEW.updated_at,
          'updated', NEW.origin, NEW.session_id);
+    -- A change written by other SQL (an operator's UPDATE) is numbered here.
+    IF NEW.version = OLD.version THEN
+        UPDATE popagent_memories SET version = OLD.version + 1
+        WHERE resource_id = NEW.resource_id AND id = NEW.id;
+    END IF;
     RETURN NULL;
 END
 $fn$;
