@@ -7,13 +7,8 @@ Everything runs on the suite's PostgreSQL; the "model" is langchain_core's own
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -25,10 +20,10 @@ import popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langchain import PopagentRetriever, memory_tools
 from popagent.agent import AuditLog
+from tests.adapter_support import run_example, without_packages
 from tests.agent_support import audit_text
 from tests.langchain_support import ScriptedChatModel, calls, reply, script
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "My OpenAI API key is sk-proj-abcdefghijklmnopqrstuvwxyz123456"
 
 
@@ -231,38 +226,17 @@ async def test_construction_needs_a_fixed_resource(
 # --- packaging and the example ----------------------------------------------------------------
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=dict(os.environ),
-        check=False,
+def test_without_langchain_core_the_import_error_says_what_to_install() -> None:
+    done = without_packages(
+        ["langchain_core"],
+        "try:\n    import popagent.adapters.langchain\nexcept ImportError as exc:\n    print(exc)\n",
     )
-
-
-def test_without_langchain_core_the_import_error_says_what_to_install(tmp_path: Path) -> None:
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'langchain_core':\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "try:\n    import popagent.adapters.langchain\n"
-        "except ImportError as exc:\n    print(exc)\n"
-    )
-    done = _run(["-c", code], ROOT)
     assert done.returncode == 0, done.stderr
     assert 'pip install "popagent[langchain]"' in done.stdout
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:
-    done = _run([str(ROOT / "examples" / "langchain_memory.py")], tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    summary: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    summary = run_example("langchain_memory.py", tmp_path)
     assert summary == {
         "stored": True,
         "refused_resource": True,

@@ -13,7 +13,6 @@ tests drive ``create_react_agent`` with langchain_core's fake chat model.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from popagent.adapters.langgraph import (
     memory_tools,
 )
 from popagent.agent import AuditLog
+from tests.adapter_support import run_example, without_packages
 from tests.agent_support import audit_text
 from tests.langchain_support import calls, react_agent, reply, script, tool_messages
 
@@ -753,17 +753,6 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-BLOCK = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {names}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}")
-        return None
-sys.meta_path.insert(0, Block())
-"""
-
-
 def test_popagent_does_not_import_the_frameworks() -> None:
     done = _python(
         "import sys, popagent, popagent.adapters.backend, popagent.adapters.toolkit\n"
@@ -774,27 +763,16 @@ def test_popagent_does_not_import_the_frameworks() -> None:
 
 
 def test_without_langgraph_the_import_error_says_what_to_install() -> None:
-    done = _python(
-        BLOCK.format(names="{'langgraph'}") + "try:\n    import popagent.adapters.langgraph\n"
-        "except ImportError as exc:\n    print(exc)\n"
+    done = without_packages(
+        ["langgraph"],
+        "try:\n    import popagent.adapters.langgraph\nexcept ImportError as exc:\n    print(exc)\n",
     )
     assert done.returncode == 0, done.stderr
     assert 'pip install "popagent[langgraph]"' in done.stdout
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "langgraph_memory.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "POPAGENT_DATA_DIR": str(tmp_path / "data")},
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    summary = json.loads(lines[-1])
+    summary = run_example("langgraph_memory.py", tmp_path)
     assert summary["stored"] is True
     assert summary["store_item"] == {"text": "Prefers aisle seats on short flights"}
     assert summary["search_keys"] == ["seat"]

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -29,11 +26,11 @@ from popagent.agent import AuditLog
 from popagent.memory.render import HEADER
 from popagent.threads import SessionItems, ThreadStore
 from popagent.web.config import ServerConfig
+from tests.adapter_support import run_example, without_packages
 from tests.agent_support import audit_text, tool_results
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 from tests.web_support import api_client, count_rows, uvicorn_server
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
 
 #: One item of every kind the SDK keeps in a session.
@@ -450,41 +447,18 @@ def test_remote_session_over_real_http_with_a_token(
 
 
 def test_without_the_sdk_the_import_error_says_what_to_install() -> None:
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'agents':\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Block())\n"
+    done = without_packages(
+        ["agents"],
         "import popagent, popagent.adapters.backend\n"
         "try:\n    import popagent.adapters.openai_agents\n"
-        "except ImportError as exc:\n    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
+        "except ImportError as exc:\n    print(exc)\n",
     )
     assert done.returncode == 0, done.stderr
     assert 'pip install "popagent[openai-agents]"' in done.stdout
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "openai_agents_memory.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "POPAGENT_DATA_DIR": str(tmp_path / "data")},
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    summary = json.loads(done.stdout.splitlines()[-1])
+    summary = run_example("openai_agents_memory.py", tmp_path)
     assert summary == {
         "stored": True,
         "recalled_in_second_session": True,

@@ -10,9 +10,6 @@ suite's PostgreSQL.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +33,11 @@ from popagent.adapters.backend import LocalBackend
 from popagent.adapters.pydantic_ai import RecallProcessor, memory_capabilities, memory_toolset
 from popagent.agent import AuditLog
 from popagent.memory.render import HEADER
+from tests.adapter_support import run_example, without_packages
 from tests.agent_support import audit_text, tool_results
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 from tests.web_support import count_rows
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
 
 
@@ -207,42 +204,19 @@ async def test_calls_are_audited_without_content(
 
 
 def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'pydantic_ai':\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Block())\n"
+    done = without_packages(
+        ["pydantic_ai"],
         "import popagent, popagent.adapters.backend, popagent.adapters.tool_calls\n"
         "assert 'pydantic_ai' not in sys.modules and 'agents' not in sys.modules\n"
         "try:\n    import popagent.adapters.pydantic_ai\n"
-        "except ImportError as exc:\n    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
+        "except ImportError as exc:\n    print(exc)\n",
     )
     assert done.returncode == 0, done.stderr
     assert 'pip install "popagent[pydantic-ai]"' in done.stdout
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "pydantic_ai_memory.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "POPAGENT_DATA_DIR": str(tmp_path / "data")},
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    summary = json.loads(done.stdout.splitlines()[-1])
+    summary = run_example("pydantic_ai_memory.py", tmp_path)
     assert summary == {
         "stored": True,
         "first_message_is_the_block": True,
