@@ -21,6 +21,7 @@ import pytest
 
 import popagent
 from popagent.store.database import open_pool
+from popagent.store.embedded import EmbeddedServer
 from popagent.store.locks import session_turn_lock, turn_lock_held
 from tests.fault_support import ServeProcess, clean_env, pid_alive, postmaster_pid, wait_for
 from tests.scripted_model import Hang, Reply, Respond, ScriptedModelServer, Step
@@ -110,6 +111,47 @@ def test_a_killed_worker_is_replaced_and_a_killed_parent_takes_its_workers(
         again.stop()
     finally:
         serve.stop()
+
+
+def test_a_worker_started_during_an_outage_waits_for_the_database(tmp_path: Path) -> None:
+    """A replacement worker that starts while the database is away comes up (uvicorn
+    would stop the whole server if its startup failed), and every worker serves
+    again once the database is back, /healthz included."""
+    database = EmbeddedServer(tmp_path / "db", delete=True)
+    env = {**clean_env(tmp_path), "POPAGENT_DATABASE_URL": database.url}
+    serve = ServeProcess(tmp_path / "data", tmp_path, env=env, args=["--workers", "2"])
+    try:
+        serve.start()
+        wait_for(lambda: len(_workers(serve)) >= 2, 30, "two workers")
+        pid = database.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid), 10, "the postmaster dying")
+        victim = _workers(serve)[0]
+        victim.send_signal(signal.SIGKILL)
+        wait_for(
+            lambda: len([w for w in _workers(serve) if w.pid != victim.pid]) >= 2,
+            60,
+            "a replacement worker",
+        )
+        time.sleep(1.0)  # the replacement's startup, which used to fail and stop everything
+        assert serve.process is not None and serve.process.poll() is None
+        assert httpx.get(f"{serve.base_url}/healthz", timeout=10).status_code == 503
+        assert database.restart_if_down()
+
+        def all_healthy() -> bool:
+            # A new connection each time: the kernel hands it to either worker.
+            return all(
+                httpx.get(f"{serve.base_url}/healthz", timeout=10).status_code == 200
+                for _ in range(12)
+            )
+
+        wait_for(all_healthy, 30, "every worker healthy again")
+        created = httpx.post(f"{serve.base_url}/api/facts", json={"content": "Back again"})
+        assert created.status_code == 201, created.text
+    finally:
+        serve.stop()
+        database.stop()
 
 
 def test_turns_of_one_session_never_interleave_across_workers(

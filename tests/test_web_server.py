@@ -268,3 +268,29 @@ async def test_healthz_reports_an_unreachable_database(database_url: str, resour
             down = await client.get("/healthz")
     assert down.status_code == 503
     assert down.json()["status"] == "unavailable"
+
+
+async def test_healthz_alone_sees_the_database_come_back(database_url: str, resource: str) -> None:
+    """A process that only answers /healthz (one worker of several) must not report
+    the database down forever after one lost connection: nothing else uses its pool."""
+    async with popagent.connect(database_url, min_size=1, max_size=1) as memory:
+        app = create_app(
+            ServerConfig(resource_id=resource, maintenance_interval_s=None),
+            memory=memory,
+            model_from_env=False,
+        )
+        async with in_process(app) as client:
+            with pytest.raises(popagent.DatabaseError):
+                async with memory.pool.connection() as conn:
+                    await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            assert memory.pool.down_since is not None
+            assert (await client.get("/healthz")).status_code == 503
+            statuses = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                statuses.append((await client.get("/healthz")).status_code)
+                if statuses[-1] == 200:
+                    break
+                await asyncio.sleep(0.05)
+    assert statuses[-1] == 200, statuses
+    assert memory.pool.down_since is None

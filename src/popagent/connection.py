@@ -24,6 +24,7 @@ async def connect(
     min_size: int = 1,
     max_size: int = 10,
     checkout_timeout: float = DEFAULT_CHECKOUT_TIMEOUT,
+    migrated: bool = False,
 ) -> AsyncIterator[LongTermMemory]:
     """Open popagent's database and yield a ``LongTermMemory`` over it.
 
@@ -40,6 +41,10 @@ async def connect(
     ``embedder`` (``popagent.embed``: ``LocalEmbedder()``, ``OpenAIEmbedder(...)``,
     or ``embedder_from_env()``) turns on semantic recall; without it recall
     is lexical. No model is loaded here: a local one loads on first use.
+
+    ``migrated=True`` (with a URL; for processes whose parent already
+    migrated the database) skips the migrations and does not wait for the
+    server at start: calls raise ``DatabaseError`` until it answers.
     """
     async with open_pool(
         url,
@@ -47,5 +52,6 @@ async def connect(
         min_size=min_size,
         max_size=max_size,
         checkout_timeout=checkout_timeout,
+        migrated=migrated,
     ) as pool:
         yield LongTermMemory(pool, weights=weights, embedder=embedder)

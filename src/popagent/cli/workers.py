@@ -14,6 +14,9 @@ Invariants:
   holds its advisory try-lock (``web.scheduler``).
 - One turn at a time per session across processes: the agent takes the
   session's advisory lock (``store.locks``).
+- A worker's startup never fails on the database: the parent migrated it,
+  and a worker (re)started while it is away serves 503s until it is back
+  (uvicorn stops every process when one worker fails to start).
 - A worker never outlives the parent: on Linux it asks the kernel to kill it
   when the parent dies, so a killed ``serve`` frees its port at once.
 """
@@ -119,6 +122,9 @@ def create_worker_app() -> FastAPI:
         cipher=cipher,
         database_url=os.environ["POPAGENT_DATABASE_URL"],
         embedder=configured_embedder(),
+        # The parent migrated it; a worker started during an outage must come up
+        # (and answer 503) rather than fail, which would stop the whole server.
+        database_migrated=True,
     )
 
 

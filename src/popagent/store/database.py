@@ -59,6 +59,8 @@ _CONNECT_TIMEOUT_S = 10
 _RECONNECT_TIMEOUT_S = 10.0
 # At most one refresh of idle connections per this interval after failures.
 _REFRESH_INTERVAL_S = 1.0
+# How long the background re-check waits for a connection.
+_RECHECK_TIMEOUT_S = 2.0
 
 logger = logging.getLogger("popagent.store")
 
@@ -120,7 +122,11 @@ class Pool(AsyncConnectionPool[Conn]):
     getting or using the connection (see ``database_error``); every other error,
     ``CancelledError`` included, passes unchanged. After a lost connection the
     idle connections are tested in the background (at most once a second) so
-    broken ones are replaced as soon as the server is back.
+    broken ones are replaced as soon as the server is back, and a connection is
+    then used, which clears ``down_since``. Without that last step a process
+    that only answers ``/healthz`` (one of several workers, say) would report
+    the database down forever: ``/healthz`` answers 503 at once while
+    ``down_since`` is set, and nothing else would ever use a connection there.
     """
 
     _refresh: asyncio.Task[None] | None = None
@@ -140,22 +146,31 @@ class Pool(AsyncConnectionPool[Conn]):
             if _connection_lost(exc):
                 if self.down_since is None:
                     self.down_since = time.monotonic()
-                self._refresh_soon()
+                self.recheck_soon()
             raise database_error(exc) from exc
         if self.down_since is not None:
             self.down_since = None
 
-    def _refresh_soon(self) -> None:
+    def recheck_soon(self) -> None:
+        """Test the connections in the background (at most once a second), then use one.
+
+        A no-op when a check ran in the last second or is running; callers that
+        see the server away call it freely.
+        """
         now = time.monotonic()
         if self.closed or now - self._refreshed_at < _REFRESH_INTERVAL_S:
             return
         if self._refresh is None or self._refresh.done():
             self._refreshed_at = now
-            self._refresh = asyncio.get_running_loop().create_task(self._quiet_check())
+            self._refresh = asyncio.get_running_loop().create_task(self.recheck())
 
-    async def _quiet_check(self) -> None:
+    async def recheck(self) -> None:
+        """Replace broken idle connections, then run ``SELECT 1`` (clearing
+        ``down_since`` when it succeeds); never raises."""
         try:
             await self.check()
+            async with self.connection(timeout=_RECHECK_TIMEOUT_S) as conn:
+                await conn.execute("SELECT 1")
         except Exception as exc:  # the pool keeps reconnecting by itself
             logger.debug("pool check failed: %s", type(exc).__name__)
 
@@ -214,6 +229,7 @@ async def open_pool(
     min_size: int = 1,
     max_size: int = 10,
     checkout_timeout: float = DEFAULT_CHECKOUT_TIMEOUT,
+    migrated: bool = False,
 ) -> AsyncIterator[Pool]:
     """Yield a migrated, open pool; close it (and stop any embedded server) on exit.
 
@@ -221,7 +237,15 @@ async def open_pool(
     for the life of the pool. ``checkout_timeout`` bounds how long
     ``pool.connection()`` waits before raising ``DatabaseError``. Raises
     ``DatabaseError`` when the server cannot be started, reached or migrated.
+
+    ``migrated=True`` (a server worker whose parent process migrated the
+    database, with a URL) skips the migrations and opens the pool without
+    waiting for the server: a worker that starts during an outage (a crashed
+    worker's replacement, say) comes up, answers 503 until the server is back,
+    and never takes the whole server down by failing its startup.
     """
+    if migrated and resolve_url(url) is None:
+        raise ValueError("migrated=True needs a database URL (no embedded server)")
     target = resolve_url(url)
     server: EmbeddedServer | None = None
     if target is None:
@@ -229,7 +253,8 @@ async def open_pool(
         target = server.url
     try:
         options = _connect_options(target)
-        await _migrate(target, options)
+        if not migrated:
+            await _migrate(target, options)
         pool = Pool(
             target,
             min_size=min_size,
@@ -242,7 +267,7 @@ async def open_pool(
             open=False,
         )
         try:
-            await pool.open(wait=True, timeout=30)
+            await pool.open(wait=not migrated, timeout=30)
         except psycopg.Error as exc:
             await pool.close()
             raise DatabaseError(f"could not connect to PostgreSQL: {_one_line(exc)}") from exc

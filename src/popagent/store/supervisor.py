@@ -4,7 +4,8 @@
 whether the postmaster is alive (a process-table look-up: no query, no lock).
 When it is gone (``kill -9``, the OOM killer), the task restarts the cluster in
 a worker thread and then has the pool test its idle connections, so that
-broken ones are replaced before callers meet them. Meanwhile callers get
+broken ones are replaced before callers meet them, and use one, so that the
+pool (and ``/healthz``) no longer reports the server away. Meanwhile callers get
 ``DatabaseError`` from the pool within its checkout timeout.
 
 Restarts are logged on ``popagent.store``, without any content. The task is
@@ -57,10 +58,7 @@ async def supervise(
         logger.warning(
             "embedded PostgreSQL is running again after %.1f s", time.monotonic() - began
         )
-        try:
-            await pool.check()
-        except Exception as exc:  # a pool that cannot check now refreshes on use
-            logger.warning("pool check after the restart failed: %s", type(exc).__name__)
+        await pool.recheck()  # replaces broken connections and clears down_since
 
 
 @asynccontextmanager

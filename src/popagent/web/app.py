@@ -54,6 +54,7 @@ def create_app(
     data_dir: str | Path | None = None,
     pool_size: int = 16,
     embedder: Embedder | None = None,
+    database_migrated: bool = False,
 ) -> FastAPI:
     """The server app for ``config``.
 
@@ -63,7 +64,9 @@ def create_app(
     ``model_settings``, else for ``POPAGENT_MODEL`` and friends when
     ``model_from_env``; with none of them they answer 503. ``cipher`` turns on
     the secret tools in chat turns; ``embedder`` semantic recall on the
-    connection the lifespan opens.
+    connection the lifespan opens. ``database_migrated`` (a worker of
+    ``serve --workers``) connects as ``connect(migrated=True)``: no migrations,
+    and a startup that does not fail while the database is away.
     """
     config = config or ServerConfig()
 
@@ -73,7 +76,13 @@ def create_app(
             mem = memory
             if mem is None:
                 mem = await stack.enter_async_context(
-                    connect(database_url, data_dir=data_dir, max_size=pool_size, embedder=embedder)
+                    connect(
+                        database_url,
+                        data_dir=data_dir,
+                        max_size=pool_size,
+                        embedder=embedder,
+                        migrated=database_migrated,
+                    )
                 )
             chat_model = model
             wanted = model_settings

@@ -29,7 +29,9 @@ async def healthz(request: Request) -> JSONResponse:
     s = services(request)
     if s.memory.pool.down_since is not None:
         # Known to be away (a lost connection, or the embedded server restarting):
-        # say so now rather than after waiting for a connection.
+        # say so now rather than after waiting for a connection, and have the pool
+        # look again in the background, which clears the mark once it answers.
+        s.memory.pool.recheck_soon()
         return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
