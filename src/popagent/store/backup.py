@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import os
 import re
+import time
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -81,6 +82,9 @@ SELECT count(*) AS n FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND backend_type = 'client backend'
 """
+
+# How long a count of other clients may take to settle (see ``other_clients``).
+_CLIENTS_SETTLE_S = 1.0
 
 # ``pg_restore --list`` lines: "3227; 0 16913 TABLE DATA public popagent_memories postgres".
 _TABLE_DATA_RE = re.compile(r"^\d+;\s+\d+\s+\d+\s+TABLE DATA\s+(\S+)\s+(\S+)")
@@ -211,11 +215,22 @@ async def schema_version(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> i
     return int(str(await _scalar(conn, SCHEMA_VERSION)))
 
 
-async def other_clients(url: str) -> int:
-    """How many other client connections the database at ``url`` has right now."""
+async def other_clients(url: str, *, settle_s: float = _CLIENTS_SETTLE_S) -> int:
+    """How many other client connections the database at ``url`` has right now.
+
+    A client that closed its connection a moment ago still has a backend on its
+    way out, listed for a few milliseconds (longer on a loaded machine); so a
+    nonzero count is looked at again for up to ``settle_s`` seconds before it
+    is the answer.
+    """
     conn = await _connect(url)
     async with conn:
-        return int(str(await _scalar(conn, OTHER_CLIENTS)))
+        deadline = time.monotonic() + settle_s
+        while True:
+            count = int(str(await _scalar(conn, OTHER_CLIENTS)))
+            if count == 0 or time.monotonic() >= deadline:
+                return count
+            await asyncio.sleep(0.05)
 
 
 def _absolute(path: Path | str) -> Path:

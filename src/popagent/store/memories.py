@@ -50,7 +50,6 @@ MEMORY_COLUMNS = (
     "created_at, updated_at, accessed_at, access_count, "
     "origin, turn_id, message_ids, tool_call_id, expires_at, version"
 )
-_COLUMNS_M = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
 
 def row_to_memory(row: dict[str, Any]) -> Memory:
