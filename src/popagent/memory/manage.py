@@ -1,0 +1,636 @@
+"""Writes and management of long-term memory: retention, facts, episodes, cleanup,
+maintenance and the embedding backfill.
+
+``Management`` is that part of ``LongTermMemory`` (``memory.longterm``). Each
+public method validates its input completely, then opens one transaction (or
+none, for a single statement) on a pooled connection and calls the store
+functions; a call that raises has changed nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..checks import check_time
+from ..embed.protocol import Vectors
+from ..errors import NotFoundError, ValidationError
+from ..models import (
+    EpisodeTurn,
+    Kind,
+    MaintenanceReport,
+    Memory,
+    Provenance,
+    RememberResult,
+)
+from ..store import memories as store
+from ..store import vectors as vector_store
+from ..store.database import Conn
+from .base import MemoryBase, check_memory_id
+from .history import FactHistory
+from .purge import PurgeReport, purge_resource
+from .semantic import BackfillReport, backfill
+from .validation import (
+    check_expires_at,
+    check_id,
+    check_importance,
+    check_limit,
+    check_provenance,
+    check_query,
+    episode_content,
+    normalize_fact_content,
+    normalize_key,
+)
+
+__all__ = [
+    "EPISODE_CAP_PER_RESOURCE",
+    "EPISODE_IMPORTANCE",
+    "EPISODE_MAX_AGE",
+    "LIST_LIMIT_CAP",
+    "EpisodeDraft",
+    "Management",
+    "sha256_hex",
+]
+
+EPISODE_MAX_AGE = timedelta(days=90)
+EPISODE_CAP_PER_RESOURCE = 5_000
+#: Episodes carry no importance of their own; facts default to 0.5.
+EPISODE_IMPORTANCE = 0.3
+LIST_LIMIT_CAP = 1_000
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_kind(value: object) -> Kind | None:
+    if value is None or value in ("fact", "episode"):
+        return value
+    raise ValidationError("kind", "must be 'fact' or 'episode'")
+
+
+def _check_offset(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("offset", "must be an integer >= 0")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeDraft:
+    """A turn's episode ready to write: checked, built (capped, redacted) and embedded
+    (``vectors`` ``None`` without an embedder or when embedding failed)."""
+
+    resource_id: str
+    session_id: str
+    content: str
+    created_at: datetime | None
+    vectors: list[list[Vectors]] | None
+    provenance: Provenance | None = None
+
+
+class LongTermMemory(FactHistory):
+    """Facts and episodes of many resources, with recall, management and maintenance.
+
+    Obtain one with ``popagent.connect()``; it borrows connections from the pool
+    for each call and holds none between calls.
+    """
+
+
+class Management(MemoryBase):
+    """Retention, fact and episode management, cleanup, maintenance and backfill;
+    holds no state of its own."""
+
+    # --- retention ------------------------------------------------------------------------
+
+    async def retain_episode(
+        self,
+        resource_id: str,
+        session_id: str,
+        user_text: str,
+        assistant_text: str,
+        *,
+        created_at: datetime | None = None,
+        provenance: Provenance | None = None,
+    ) -> Memory | None:
+        """Store the episode of one completed turn; ``None`` when either text is empty.
+
+        User text is capped at 4,000 and assistant text at 8,000 characters with
+        an explicit ``[truncated: N more characters]`` marker; credentials are
+        redacted first. An identical episode in the same resource is not stored
+        twice (the existing one is returned). ``created_at`` keeps an imported
+        turn's real time.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        created_at = check_time("created_at", created_at)
+        built = episode_content(user_text, assistant_text)
+        if built is None:
+            return None
+        content, _redacted = built
+        provenance = check_provenance(provenance)
+        vectors = await self._vectors([content])
+        draft = EpisodeDraft(resource_id, session_id, content, created_at, vectors, provenance)
+        # One transaction only when there are vectors to write with the episode.
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction() if vectors else nullcontext(),
+        ):
+            return await self.write_episode(conn, draft)
+
+    async def draft_episode(
+        self,
+        resource_id: str,
+        session_id: str,
+        user_text: str,
+        assistant_text: str,
+        *,
+        created_at: datetime | None = None,
+        provenance: Provenance | None = None,
+    ) -> EpisodeDraft | None:
+        """``retain_episode`` up to the write: checked, built, redacted and embedded;
+        ``None`` when either text is empty. Write it with ``write_episode``."""
+        resource_id = check_id("resource_id", resource_id)
+        session_id = check_id("session_id", session_id)
+        created_at = check_time("created_at", created_at)
+        built = episode_content(user_text, assistant_text)
+        if built is None:
+            return None
+        content = built[0]
+        provenance = check_provenance(provenance)
+        return EpisodeDraft(
+            resource_id,
+            session_id,
+            content,
+            created_at,
+            await self._vectors([content]),
+            provenance,
+        )
+
+    async def write_episode(self, conn: Conn, draft: EpisodeDraft) -> Memory:
+        """Write a drafted episode (and its vectors) on ``conn``, inside the caller's
+        transaction when it holds one: a chat turn stores its final message, its end
+        and its episode together, so a crash leaves all of them or none."""
+        memory, inserted = await store.insert_episode(
+            conn,
+            resource_id=draft.resource_id,
+            session_id=draft.session_id,
+            content=draft.content,
+            sha=sha256_hex(draft.content),
+            importance=EPISODE_IMPORTANCE,
+            created_at=draft.created_at,
+            provenance=draft.provenance,
+        )
+        if inserted and draft.vectors:
+            await self._write_vectors(conn, memory, draft.vectors[0])
+        return memory
+
+    async def retain_episodes(
+        self, resource_id: str, turns: Sequence[EpisodeTurn], *, origin: str = "library"
+    ) -> int:
+        """Store many turns in one statement (imports, benchmarks); return how many were new.
+
+        The same rules as ``retain_episode`` apply to each turn; turns with an
+        empty side are skipped, and the whole batch is validated before anything
+        is written.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        origin = check_provenance(Provenance(origin=origin)).origin
+        rows: list[tuple[str, str, str, datetime | None]] = []
+        for turn in turns:
+            session_id = check_id("session_id", turn.session_id)
+            created_at = check_time("created_at", turn.created_at)
+            built = episode_content(turn.user_text, turn.assistant_text)
+            if built is not None:
+                rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
+        by_hash: list[tuple[str, int, Vectors]] = []
+        if self._embedder is not None and rows:
+            async with self._pool.connection() as conn:
+                done = await vector_store.embedded_hashes(
+                    conn, resource_id, self._embedder.model, "episode", [r[2] for r in rows]
+                )
+            todo = list({sha: content for _s, content, sha, _c in rows if sha not in done}.items())
+            vectors = await self._vectors([content for _sha, content in todo])
+            for (sha, _content), chunks in zip(todo, vectors or [], strict=False):
+                by_hash.extend((sha, i, v) for i, v in enumerate(chunks))
+        async with self._pool.connection() as conn, conn.transaction():
+            inserted = await store.insert_episodes(
+                conn,
+                resource_id=resource_id,
+                importance=EPISODE_IMPORTANCE,
+                rows=rows,
+                origin=origin,
+            )
+            if self._embedder is not None and by_hash:
+                await vector_store.write_vectors_by_hash(
+                    conn,
+                    resource_id,
+                    self._embedder.model,
+                    self._embedder.dimensions,
+                    "episode",
+                    by_hash,
+                )
+            return inserted
+
+    async def remember(
+        self,
+        resource_id: str,
+        content: str,
+        *,
+        key: str | None = None,
+        importance: float = 0.5,
+        session_id: str | None = None,
+        expires_at: datetime | None = None,
+        provenance: Provenance | None = None,
+    ) -> RememberResult:
+        """Store a durable fact: upsert by ``key``, or deduplicate a keyless one by content hash.
+
+        Content is normalized (NFC, whitespace collapsed, trimmed) and must be 1
+        to 2,000 characters; keys are trimmed and lower-cased; credentials are
+        refused with ``SecretRefusedError``. The result says whether the fact was
+        created, updated (same key, new value) or unchanged.
+
+        An update keeps the replaced value as a version (``fact_history``);
+        ``expires_at`` (in the future) ends the fact then: it is never recalled
+        after it, and maintenance removes it. ``provenance`` records where the
+        write came from (``origin``, turn, source messages, tool call).
+        """
+        resource_id = check_id("resource_id", resource_id)
+        content = normalize_fact_content(content)
+        key = normalize_key(key)
+        importance = check_importance(importance)
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        params = {
+            "resource_id": resource_id,
+            "session_id": session_id,
+            "key": key,
+            "content": content,
+            "sha": sha256_hex(content),
+            "importance": importance,
+            "expires_at": check_expires_at(expires_at),
+            **store.provenance_params(check_provenance(provenance)),
+        }
+        upsert = store.upsert_fact_by_key if key is not None else store.upsert_fact_by_hash
+        vectors = await self._vectors([content])
+        async with self._pool.connection() as conn:
+            # A concurrent delete can remove the row between the upsert and the
+            # read-back; the second attempt then creates it.
+            for _attempt in range(3):
+                async with conn.transaction():
+                    outcome = await upsert(conn, **params)
+                    if outcome is not None and outcome[1] != "unchanged" and vectors:
+                        await self._write_vectors(conn, outcome[0], vectors[0])
+                if outcome is not None:
+                    memory, action = outcome
+                    return RememberResult(memory=memory, action=action)  # type: ignore[arg-type]
+        raise RuntimeError("remember could not settle against concurrent deletes")
+
+    async def embed_missing(
+        self,
+        resource_id: str | None,
+        *,
+        batch_size: int = 64,
+        max_memories: int | None = None,
+        prune: bool = False,
+        on_start: Callable[[int], None] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> BackfillReport:
+        """Embed this resource's memories (``None``: every resource's) that have no vector
+        of the embedder's model; resumable (see ``popagent.memory.semantic.backfill``).
+
+        ``prune`` also deletes those resources' vectors of other models. Needs an embedder.
+        """
+        if self._embedder is None:
+            raise ValidationError("embedder", "embedding memories needs an embedder")
+        resources = [check_id("resource_id", resource_id)] if resource_id is not None else None
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValidationError("batch_size", "must be an integer >= 1")
+        return await backfill(
+            self._pool,
+            self._embedder,
+            resources,
+            batch_size=batch_size,
+            max_memories=max_memories,
+            prune=prune,
+            on_start=on_start,
+            on_batch=on_batch,
+        )
+
+    # --- facts ----------------------------------------------------------------------------
+
+    async def list_facts(
+        self,
+        resource_id: str,
+        *,
+        key: str | None = None,
+        text: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """Facts of this resource, newest first; filter by exact ``key`` or substring ``text``."""
+        return await self._list(resource_id, "fact", key=key, text=text, limit=limit, offset=offset)
+
+    async def get_fact(self, resource_id: str, id: int) -> Memory:
+        return await self._get(resource_id, id, "fact")
+
+    async def create_fact(
+        self,
+        resource_id: str,
+        content: str,
+        *,
+        key: str | None = None,
+        importance: float = 0.5,
+        session_id: str | None = None,
+        expires_at: datetime | None = None,
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        """Strict create (management): ``ConflictError`` if the key is taken or an
+        identical keyless fact exists. ``remember`` is the upserting write."""
+        resource_id = check_id("resource_id", resource_id)
+        content = normalize_fact_content(content)
+        key = normalize_key(key)
+        importance = check_importance(importance)
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        expires_at = check_expires_at(expires_at)
+        provenance = check_provenance(provenance)
+        vectors = await self._vectors([content])
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction() if vectors else nullcontext(),
+        ):
+            memory = await store.insert_fact(
+                conn,
+                resource_id=resource_id,
+                session_id=session_id,
+                key=key,
+                content=content,
+                sha=sha256_hex(content),
+                importance=importance,
+                expires_at=expires_at,
+                **store.provenance_params(provenance),
+            )
+            await self._write_vectors(conn, memory, vectors[0] if vectors else None)
+            return memory
+
+    async def update_fact(
+        self,
+        resource_id: str,
+        id: int,
+        *,
+        content: str | None = None,
+        key: str | None = None,
+        clear_key: bool = False,
+        importance: float | None = None,
+        expires_at: datetime | None = None,
+        clear_expiry: bool = False,
+        session_id: str | None = None,
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        """Change a fact's content, key (``clear_key`` removes it), importance and/or
+        expiry (``clear_expiry`` removes it).
+
+        The same rules as ``remember``; a key taken by another fact, or content
+        identical to another keyless fact, is a ``ConflictError``. A real change
+        keeps the replaced value as a version and records ``provenance`` and
+        ``session_id`` as the new value's; no change writes nothing.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        if clear_key and key is not None:
+            raise ValidationError("key", "give a key or clear_key, not both")
+        if clear_expiry and expires_at is not None:
+            raise ValidationError("expires_at", "give expires_at or clear_expiry, not both")
+        new_expiry = check_expires_at(expires_at)
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        written_by = store.provenance_params(check_provenance(provenance))
+        new_content = normalize_fact_content(content) if content is not None else None
+        new_key = normalize_key(key)
+        new_importance = check_importance(importance) if importance is not None else None
+        vectors = await self._vectors([new_content]) if new_content is not None else None
+        async with self._pool.connection() as conn, conn.transaction():
+            current = await store.get_memory(conn, resource_id, id, "fact")
+            if current is None:
+                raise NotFoundError(f"no fact {id} in this resource")
+            final_content = new_content if new_content is not None else current.content
+            updated = await store.update_fact(
+                conn,
+                resource_id=resource_id,
+                id=id,
+                content=final_content,
+                sha=sha256_hex(final_content),
+                key=None if clear_key else (new_key if new_key is not None else current.key),
+                importance=new_importance if new_importance is not None else current.importance,
+                expires_at=None if clear_expiry else (new_expiry or current.expires_at),
+                session_id=session_id,
+                **written_by,
+            )
+            if updated is None:  # nothing changed: the statement wrote nothing
+                return current
+            # The content trigger dropped the old vectors if the text changed.
+            if updated is not None and updated.content_sha256 != current.content_sha256:
+                await self._write_vectors(conn, updated, vectors[0] if vectors else None)
+        if updated is None:
+            raise NotFoundError(f"no fact {id} in this resource")
+        return updated
+
+    async def delete_fact(
+        self,
+        resource_id: str,
+        id: int,
+        *,
+        purge: bool = False,
+        origin: str = "library",
+        session_id: str | None = None,
+    ) -> None:
+        """Delete fact ``id``. Its last value stays in its history (readable with
+        ``fact_history``, restorable) unless ``purge``, which removes every version too."""
+        origin = check_provenance(Provenance(origin=origin)).origin
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        await self._delete(
+            resource_id, id, "fact", purge=purge, origin=origin, session_id=session_id
+        )
+
+    # --- episodes -------------------------------------------------------------------------
+
+    async def list_episodes(
+        self,
+        resource_id: str,
+        *,
+        session_id: str | None = None,
+        text: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """Episodes of this resource, newest first. Episodes are immutable: there is no update."""
+        return await self._list(
+            resource_id,
+            "episode",
+            session_id=session_id,
+            text=text,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_episode(self, resource_id: str, id: int) -> Memory:
+        return await self._get(resource_id, id, "episode")
+
+    async def delete_episode(self, resource_id: str, id: int) -> None:
+        await self._delete(resource_id, id, "episode")
+
+    # --- any kind -------------------------------------------------------------------------
+
+    async def list_memories(
+        self,
+        resource_id: str,
+        *,
+        kind: Kind | None = None,
+        key: str | None = None,
+        session_id: str | None = None,
+        text: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """Facts and episodes together, newest first, with every filter."""
+        return await self._list(
+            resource_id,
+            _check_kind(kind),
+            key=key,
+            session_id=session_id,
+            text=text,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get(self, resource_id: str, id: int) -> Memory:
+        """A fact or episode of this resource by id; ``NotFoundError`` otherwise."""
+        return await self._get(resource_id, id, None)
+
+    async def cleanup(
+        self,
+        resource_id: str,
+        *,
+        kind: Kind | None = None,
+        older_than: datetime | None = None,
+    ) -> int:
+        """Explicitly delete this resource's long-term memory; return the rows deleted.
+
+        With no filter, every fact and episode of the resource goes; ``kind``
+        and ``older_than`` (by creation time) narrow it. This is the only way,
+        besides maintenance for old episodes, that long-term memory is removed.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        kind = _check_kind(kind)
+        older_than = check_time("older_than", older_than)
+        async with self._pool.connection() as conn:
+            return await store.cleanup(conn, resource_id, kind=kind, older_than=older_than)
+
+    async def purge(self, resource_id: str, *, vacuum: bool = True) -> PurgeReport:
+        """Remove everything of this resource, not only its long-term memory: facts with
+        every version, episodes, vectors, sessions, messages, observations, settings,
+        secrets and audit rows, in one transaction; then ``VACUUM`` (skip with
+        ``vacuum=False``). See ``popagent.memory.purge``."""
+        return await purge_resource(self._pool, resource_id, vacuum=vacuum)
+
+    async def maintain(
+        self, *, now: datetime | None = None, resource_id: str | None = None
+    ) -> MaintenanceReport:
+        """Daily retention: episodes older than 90 days go, each resource keeps at most
+        its 5,000 newest episodes, and facts past their ``expires_at`` go (their last
+        value kept as a version). No other fact is ever pruned.
+
+        Runs under an advisory lock in one transaction, so two processes at
+        once never interleave; running it again at once deletes nothing.
+        ``resource_id`` applies the same rules to that resource alone.
+        """
+        now = check_time("now", now) or datetime.now(UTC)
+        if resource_id is not None:
+            resource_id = check_id("resource_id", resource_id)
+        async with self._pool.connection() as conn, conn.transaction():
+            await store.lock_maintenance(conn)
+            expired = await store.delete_expired_episodes(conn, now - EPISODE_MAX_AGE, resource_id)
+            capped = await store.delete_over_cap_episodes(
+                conn, EPISODE_CAP_PER_RESOURCE, resource_id
+            )
+            expired_facts = await store.expire_facts(conn, now, resource_id)
+        return MaintenanceReport(
+            expired_episodes=expired, capped_episodes=capped, expired_facts=expired_facts
+        )
+
+    # --- shared helpers -------------------------------------------------------------------
+
+    async def _get(self, resource_id: str, id: int, kind: Kind | None) -> Memory:
+        resource_id = check_id("resource_id", resource_id)
+        id = check_memory_id(id)
+        async with self._pool.connection() as conn:
+            memory = await store.get_memory(conn, resource_id, id, kind)
+        if memory is None:
+            raise NotFoundError(f"no {kind or 'memory'} {id} in this resource")
+        return memory
+
+    async def _delete(
+        self,
+        resource_id: str,
+        id: int,
+        kind: Kind,
+        *,
+        purge: bool = False,
+        origin: str = "library",
+        session_id: str | None = None,
+    ) -> None:
+        resource_id = check_id("resource_id", resource_id)
+        id = check_memory_id(id)
+        if not isinstance(purge, bool):
+            raise ValidationError("purge", "must be true or false")
+        async with self._pool.connection() as conn, conn.transaction():
+            deleted = await store.delete_memory(
+                conn,
+                resource_id,
+                id,
+                kind,
+                purge=purge,
+                ended_origin=origin,
+                ended_session_id=session_id,
+            )
+        if not deleted:
+            raise NotFoundError(f"no {kind} {id} in this resource")
+
+    async def _list(
+        self,
+        resource_id: str,
+        kind: Kind | None,
+        *,
+        key: str | None = None,
+        session_id: str | None = None,
+        text: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        resource_id = check_id("resource_id", resource_id)
+        async with self._pool.connection() as conn:
+            return await store.list_memories(
+                conn,
+                resource_id,
+                kind=kind,
+                key=normalize_key(key),
+                session_id=check_id("session_id", session_id) if session_id is not None else None,
+                text=check_query(text, "text") if text is not None else None,
+                created_after=check_time("created_after", created_after),
+                created_before=check_time("created_before", created_before),
+                limit=check_limit(limit, cap=LIST_LIMIT_CAP),
+                offset=_check_offset(offset),
+            )
