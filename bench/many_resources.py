@@ -351,6 +351,10 @@ async def bulk_load(
                 if time.perf_counter() - start > args.load_budget_s:
                     continue  # drain: the target still goes in
                 await conn.execute("SELECT setseed(%s)", ((n * 7919 % 10_007) / 10_007,))
+                # Never prepared: a generic plan of this statement (PostgreSQL switches
+                # to one after a few executions of a prepared statement) casts the
+                # sampling arrays once per generated word instead of once per
+                # statement, and one batch took many minutes instead of seconds.
                 cur = await conn.execute(
                     GENERATE_EPISODES,
                     {
@@ -364,6 +368,7 @@ async def bulk_load(
                         "importance": EPISODE_IMPORTANCE,
                         "now": NOW,
                     },
+                    prepare=False,
                 )
                 done["rows"] += cur.rowcount
                 loaded.extend(b[0] for b in batch)
