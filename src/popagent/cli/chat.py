@@ -25,15 +25,14 @@ from contextlib import AsyncExitStack
 
 import click
 
-from ..agent import Agent, ObservationalHistory, TurnResult
+from ..agent import Agent, TurnResult, build_agent
 from ..connection import connect
 from ..embed import configured_embedder
 from ..errors import NotFoundError, PopagentError, TurnFailedError
 from ..llm import ModelSettings, OpenAIChatModel
 from ..models import Session
-from ..observe import ObservationalMemory
+from ..observe.state import read_generations
 from ..secrets import SecretCipher, SecretKeyError, SecretStore
-from ..threads import ThreadStore
 from ..threads.service import PAGE_CAP
 from .common import Settings, exit_codes, memory_line, secret_cipher, session_line
 from .sessions import first_user_messages, history_lines
@@ -115,19 +114,9 @@ def chat_command(
             )
             model = runner.run(stack.enter_async_context(OpenAIChatModel(model_settings)))
             secrets = None if cipher is None else SecretStore(memory.pool, cipher)
-            history = ObservationalHistory(model)
             # Background buffering runs while turns run (the loop is idle while the
-            # chat waits for input); whatever is still running at exit is cancelled,
-            # and the next turn of the session observes or buffers again.
-            stack.push_async_callback(history.aclose)
-            agent = Agent(
-                memory,
-                ThreadStore(memory.pool),
-                model,
-                secrets=secrets,
-                history=history,
-                tools=[history.retrieval_tool()],
-            )
+            # chat waits for input); ``stack`` cancels what still runs at exit.
+            agent = build_agent(memory, model, stack, secrets=secrets)
             click.echo(
                 f"popagent chat: model {model.model} at {model.provider}, "
                 f"resource {settings.resource_id}"
@@ -320,8 +309,9 @@ class _Chat:
             click.echo(line)
 
     def _show_observations(self) -> None:
-        engine = ObservationalMemory(self.agent.memory.pool, self.agent.model)
-        logs = self.runner.run(engine.generations(self.resource_id, self.session_id))
+        logs = self.runner.run(
+            read_generations(self.agent.memory.pool, self.resource_id, self.session_id)
+        )
         head = logs[-1] if logs else None
         if head is None or not head.observations.strip():
             click.echo("No observations yet in this session.")

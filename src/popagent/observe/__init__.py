@@ -18,6 +18,7 @@ from .retrieval import UNTRUSTED_LABEL, HistoryPage, read_history
 from .settings import SETTINGS, MemorySettings, Setting
 from .settings_store import MemorySettingsStore, StoredSettings
 from .snapshot import ExecutionSnapshot, auto_idle_seconds, execution_snapshot
+from .state import ObservationState, read_state
 
 __all__ = [
     "MAX_REFLECTION_ATTEMPTS",
@@ -28,6 +29,7 @@ __all__ = [
     "MemorySettings",
     "MemorySettingsStore",
     "ObservationFailed",
+    "ObservationState",
     "ObservationalMemory",
     "ObservedContext",
     "Reflection",
@@ -36,4 +38,5 @@ __all__ = [
     "auto_idle_seconds",
     "execution_snapshot",
     "read_history",
+    "read_state",
 ]

@@ -46,36 +46,59 @@ Invariants:
   Reflector ran (checked under the head row's lock); otherwise it is dropped,
   so an activation or observation made meanwhile is never lost.
 - Every observations text is screened for credentials where it is stored
-  (``_insert_log``, ``_advance_log``, ``_insert_group`` wrap the store's
-  writes): each value becomes ``[REDACTED:<kind>]``, also in text carried
-  over from rows written before the screen existed. The Observer's and
+  (``writes.insert_log``, ``writes.advance_log``, ``writes.insert_group`` wrap
+  the store's writes): each value becomes ``[REDACTED:<kind>]``, also in text
+  carried over from rows written before the screen existed. The Observer's and
   Reflector's input and output are screened too (``observer``, ``reflector``).
 - A reflection inserts a new generation (the old one stays stored) holding one
   ``reflection`` group whose pointer spans the groups it covers. After an
   unproductive reflection, the next one waits until the log grew by a tenth
   of the threshold (no reflection on every turn).
+
+Layout: this module is the facade and the per-turn pipeline (``prepare``, one
+step per method); buffering and activation live in ``buffering``, reflection in
+``reflection``, the screened writes in ``writes`` and the read-only view of a
+session's state in ``state``. Imports point downward: this module imports
+them, none of them imports this one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Literal, ParamSpec, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 
 import psycopg
 
-from ..credentials import redact_credentials
 from ..llm.protocol import ChatModel
 from ..models import Message, ObservationGroup, ObservationLog
 from ..store import observations as obs_sql
 from ..store import threads as thread_sql
-from ..store.database import Conn, Pool
+from ..store.database import Pool
+from . import buffering, reflection, writes
+from .buffering import (
+    Activation,
+    BufferJob,
+    activation_prefix,
+    activation_trigger,
+    actor_key,
+    continuing_chunks,
+    early_trigger,
+    plan_buffer_job,
+)
 from .observer import ObservationFailed, build_observer_messages, run_observer
-from .reflector import Reflection, reflect
+from .reflection import (
+    ReflectJob,
+    activate_reflection,
+    ready_reflection,
+    reflect_now,
+    reflection_action,
+)
+from .reflector import Reflection
 from .settings_store import MemorySettingsStore
-from .snapshot import ExecutionSnapshot, auto_idle_seconds
+from .snapshot import ExecutionSnapshot
+from .state import read_generations, read_groups
 from .tokens import TokenCounter, count_message, count_text
 
 __all__ = [
@@ -86,71 +109,16 @@ __all__ = [
     "ObservationalMemory",
     "ObservedContext",
     "ReflectJob",
+    "activation_prefix",
     "actor_key",
+    "continuing_chunks",
+    "retained_split",
 ]
 
 #: The default bound on all Observer/Reflector calls of one turn, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
 #: At most this many unobserved messages are read per turn.
 MAX_UNOBSERVED = 10_000
-
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-def _screened(write: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
-    """``write`` with its ``observations`` text passed through the credential screen."""
-
-    async def screened(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        text = kwargs.get("observations")
-        if isinstance(text, str):
-            kwargs["observations"] = redact_credentials(text)[0]
-        return await write(*args, **kwargs)
-
-    return screened
-
-
-# The store's writes of observations text; every call here goes through these.
-_insert_log = _screened(obs_sql.insert_log)
-_advance_log = _screened(obs_sql.advance_log)
-_insert_group = _screened(obs_sql.insert_group)
-
-
-#: Why buffered chunks were activated on a turn.
-Activation = Literal["threshold", "block_after", "idle", "provider_change"]
-
-
-def actor_key(model: ChatModel) -> str:
-    """``provider/model``: what a provider change is detected on."""
-    return f"{model.provider}/{model.model}"
-
-
-@dataclass(frozen=True, slots=True)
-class BufferJob:
-    """A background Observer run ``prepare`` found due: observe ``batch`` into a buffered chunk.
-
-    ``after_id`` is the message the batch continues from (the last buffered
-    chunk's last message, else the cursor; ``None`` for the thread's start);
-    ``previous`` is the observations text shown to the Observer (the active
-    log plus the chunks buffered before this one).
-    """
-
-    resource_id: str
-    session_id: str
-    batch: tuple[Message, ...]
-    after_id: int | None
-    previous: str
-    snapshot: ExecutionSnapshot
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectJob:
-    """A background Reflector run ``prepare`` found due: reflect ``log`` (the head as it
-    was) into a buffered reflection, activated later at the reflection threshold."""
-
-    log: ObservationLog
-    snapshot: ExecutionSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,69 +166,54 @@ def retained_split(messages: Sequence[Message], floor: int, counter: TokenCounte
     return split
 
 
-def _early_trigger(
-    on_provider_change: bool,
-    after_idle: int | Literal["auto"] | None,
-    last_reply_at: datetime | None,
-    now: datetime | None,
-    actor: ChatModel | None,
-    previous_actor: str | None,
-) -> Literal["idle", "provider_change"] | None:
-    """An idle or provider-change trigger, per one phase's settings."""
-    if (
-        on_provider_change
-        and actor is not None
-        and previous_actor is not None
-        and previous_actor != actor_key(actor)
-    ):
-        return "provider_change"
-    if after_idle is None or last_reply_at is None:
-        return None
-    if after_idle == "auto":
-        if actor is None:
-            return None
-        after_idle = auto_idle_seconds(actor.provider, actor.model)
-    moment = now or datetime.now(UTC)
-    return "idle" if (moment - last_reply_at).total_seconds() >= after_idle else None
+@dataclass(slots=True)
+class _Turn:
+    """One ``prepare``'s working state, advanced by its steps in order.
 
+    Invariants: ``unobserved`` and ``sizes`` are the raw messages still after
+    the cursor and their token counts (same length), ``remaining`` is the
+    tokens left after activation (and after a synchronous observation, their
+    sum); ``chunks`` carry end indices into the messages as first read, of
+    which the first ``consumed`` were activated. ``cumulative``, ``threshold``,
+    ``last_at`` and ``last_reply_at`` describe the messages as first read and
+    never change.
+    """
 
-class _Conflict(Exception):
-    """Another turn activated or observed this thread meanwhile."""
+    resource_id: str
+    session_id: str
+    snapshot: ExecutionSnapshot
+    deadline: float
+    now: datetime | None
+    actor: ChatModel | None
+    previous_actor: str | None
+    head: ObservationLog | None
+    unobserved: list[Message]
+    sizes: list[int]
+    cumulative: list[int]
+    chunks: list[tuple[ObservationGroup, int]]
+    threshold: int
+    remaining: int
+    last_at: datetime | None
+    last_reply_at: datetime | None
+    consumed: int = 0
+    activated: list[ObservationGroup] = field(default_factory=list)
+    activation: Activation | None = None
+    observed: bool = False
+    degraded: str | None = None
+    buffer_job: BufferJob | None = None
+    reflection: Reflection | None = None
+    reflect_job: ReflectJob | None = None
+    reflection_activated: ObservationGroup | None = None
 
+    @property
+    def buffering(self) -> bool:
+        """Whether async buffering is on for this turn."""
+        return self.snapshot.buffer_interval_tokens is not None
 
-def continuing_chunks(
-    chunks: Sequence[ObservationGroup], unobserved: Sequence[Message]
-) -> list[tuple[ObservationGroup, int]]:
-    """The chunks that continue from the first unobserved message without a gap, each
-    with the index in ``unobserved`` just past its last message."""
-    index = {m.id: i for i, m in enumerate(unobserved)}
-    out: list[tuple[ObservationGroup, int]] = []
-    start = 0
-    for chunk in chunks:
-        end = index.get(chunk.last_message_id)
-        if start >= len(unobserved) or unobserved[start].id != chunk.first_message_id:
-            break
-        if end is None or end < start:
-            break
-        out.append((chunk, end + 1))
-        start = end + 1
-    return out
-
-
-def activation_prefix(
-    ends: Sequence[int], cumulative: Sequence[int], floor: int, *, force: bool
-) -> int:
-    """How many chunks to activate: the most that leave at least ``floor`` tokens raw
-    (``cumulative[i]`` is the tokens of the first ``i`` messages, the last entry the
-    total; ``ends[k]`` the message count chunk ``k`` reaches); with ``force`` (above
-    the safety bound) at least one."""
-    pending = cumulative[-1]
-    count = 0
-    for n, end in enumerate(ends, 1):
-        if pending - cumulative[end] < floor:
-            break
-        count = n
-    return max(count, 1) if force and ends else count
+    @property
+    def pending(self) -> int:
+        """The tokens of every unobserved message as first read."""
+        return self.cumulative[-1]
 
 
 class ObservationalMemory:
@@ -297,13 +250,7 @@ class ObservationalMemory:
 
     async def generations(self, resource_id: str, session_id: str) -> list[ObservationLog]:
         """Every stored generation of the session's log, oldest first."""
-        async with self.pool.connection() as conn:
-            return await obs_sql.list_logs(conn, resource_id, session_id)
-
-    async def active_groups(self, resource_id: str, session_id: str) -> list[ObservationGroup]:
-        async with self.pool.connection() as conn:
-            head = await obs_sql.head_log(conn, resource_id, session_id)
-            return [] if head is None else await obs_sql.groups_of_log(conn, head)
+        return await read_generations(self.pool, resource_id, session_id)
 
     async def prepare(
         self,
@@ -321,8 +268,26 @@ class ObservationalMemory:
         ``provider/model`` is compared with the one recorded for the session's
         previous turn (a difference is a provider change), then recorded.
         """
-        deadline = time.monotonic() + self.timeout_s
-        buffering = snapshot.buffer_interval_tokens is not None
+        deadline = time.monotonic() + self.timeout_s  # shared by every model call below
+        turn = await self._read_turn(resource_id, session_id, snapshot, deadline, now, actor)
+        await self._activate_chunks(turn)
+        await self._observe_if_due(turn)
+        self._plan_buffering(turn)
+        await self._reflect_if_due(turn)
+        return await self._context(turn)
+
+    async def _read_turn(
+        self,
+        resource_id: str,
+        session_id: str,
+        snapshot: ExecutionSnapshot,
+        deadline: float,
+        now: datetime | None,
+        actor: ChatModel | None,
+    ) -> _Turn:
+        """Step 1: read the head, the unobserved messages (at most ``MAX_UNOBSERVED``)
+        and, with buffering, the buffered chunks after the cursor; record ``actor`` as
+        the session's model (after reading the previous one). Writes nothing else."""
         previous_actor: str | None = None
         async with self.pool.connection() as conn:
             head = await obs_sql.head_log(conn, resource_id, session_id)
@@ -332,354 +297,184 @@ class ObservationalMemory:
             )
             stored_chunks = (
                 await obs_sql.buffered_groups(conn, resource_id, session_id, after_id=cursor)
-                if buffering
+                if snapshot.buffer_interval_tokens is not None
                 else []
             )
             if actor is not None:
                 previous_actor = await obs_sql.get_actor(conn, resource_id, session_id)
                 await obs_sql.record_actor(conn, resource_id, session_id, actor_key(actor))
-        last_at = unobserved[-1].created_at if unobserved else None
-        last_reply_at = max(
-            (m.created_at for m in unobserved if m.role == "assistant"), default=None
-        )
         sizes = [count_message(m, self.counter) for m in unobserved]
         cumulative = [0]
         for size in sizes:
             cumulative.append(cumulative[-1] + size)
-        pending = cumulative[-1]
-        observed = False
-        degraded: str | None = None
-        threshold = snapshot.message_threshold(head.observation_tokens if head else 0)
-        chunks = continuing_chunks(stored_chunks, unobserved)
-        activated: list[ObservationGroup] = []
-        activation: Activation | None = None
-        consumed = 0  # unobserved messages that left the raw context this turn
-        if chunks and head is not None:
-            block = snapshot.observation_block_after_tokens
-            force = block is not None and pending >= block
-            activation = (
-                "block_after"
-                if force
-                else "threshold"
-                if pending >= threshold
-                else _early_trigger(
-                    snapshot.observation_activate_on_provider_change,
-                    snapshot.observation_activate_after_idle,
-                    last_reply_at,
-                    now,
-                    actor,
-                    previous_actor,
-                )
+        return _Turn(
+            resource_id=resource_id,
+            session_id=session_id,
+            snapshot=snapshot,
+            deadline=deadline,
+            now=now,
+            actor=actor,
+            previous_actor=previous_actor,
+            head=head,
+            unobserved=unobserved,
+            sizes=sizes,
+            cumulative=cumulative,
+            chunks=continuing_chunks(stored_chunks, unobserved),
+            threshold=snapshot.message_threshold(head.observation_tokens if head else 0),
+            remaining=cumulative[-1],
+            last_at=unobserved[-1].created_at if unobserved else None,
+            last_reply_at=max(
+                (m.created_at for m in unobserved if m.role == "assistant"), default=None
+            ),
+        )
+
+    async def _activate_chunks(self, turn: _Turn) -> None:
+        """Step 2: activate the longest fitting prefix of buffered chunks when a trigger
+        fires (no model call); the activated messages leave the raw context. Nothing
+        changes when another turn activated or observed meanwhile."""
+        if turn.chunks and turn.head is not None:
+            activation, force = activation_trigger(
+                turn.snapshot,
+                turn.pending,
+                turn.threshold,
+                turn.last_reply_at,
+                turn.now,
+                turn.actor,
+                turn.previous_actor,
             )
             if activation is not None:
                 count = activation_prefix(
-                    [end for _, end in chunks],
-                    cumulative,
-                    snapshot.retained_floor_tokens,
+                    [end for _, end in turn.chunks],
+                    turn.cumulative,
+                    turn.snapshot.retained_floor_tokens,
                     force=force,
                 )
-                chosen = [chunk for chunk, _ in chunks[:count]]
-                activated_head = await self._activate(head, chosen) if chosen else None
-                if activated_head is None:
-                    activation = None
-                else:
-                    head, activated, consumed = activated_head, chosen, chunks[count - 1][1]
-                    chunks = chunks[count:]
-        remaining = pending - cumulative[consumed]
-        unobserved, sizes = unobserved[consumed:], sizes[consumed:]
-        if buffering:
-            bound = snapshot.observation_block_after_tokens
-            sync_due = remaining >= (bound if bound is not None else threshold)
-        else:
-            sync_due = remaining >= threshold
-        if sync_due:
-            split = retained_split(unobserved, snapshot.retained_floor_tokens, self.counter)
-            batch = unobserved[:split]
-            if batch:
-                try:
-                    head = await self._observe(head, batch, snapshot, deadline, session_id)
-                    unobserved, sizes = unobserved[split:], sizes[split:]
-                    remaining = sum(sizes)
-                    chunks = []  # overtaken: deleted with the observation
-                    observed = True
-                except ObservationFailed as exc:
-                    degraded = str(exc)
-        job: BufferJob | None = None
-        if buffering and degraded is None:
-            job = self._buffer_job(
-                resource_id, session_id, head, chunks, unobserved, sizes, consumed,
-                remaining, threshold, snapshot,
-            )  # fmt: skip
-        reflection: Reflection | None = None
-        reflect_job: ReflectJob | None = None
-        reflection_activated: ObservationGroup | None = None
-        start = snapshot.reflection_buffer_start_tokens
-        if head is not None and head.observation_tokens > 0:
-            due = max(snapshot.reflection_observation_tokens, head.next_reflection_tokens)
-            block = snapshot.reflection_block_after_tokens
-            ready: ObservationGroup | None = None
-            if buffering and start is not None:
-                async with self.pool.connection() as conn:
-                    ready = await obs_sql.buffered_reflection(conn, head)
-            early = (
-                None
-                if ready is None
-                else _early_trigger(
-                    snapshot.reflection_activate_on_provider_change,
-                    snapshot.reflection_activate_after_idle,
-                    last_reply_at,
-                    now,
-                    actor,
-                    previous_actor,
+                chosen = [chunk for chunk, _ in turn.chunks[:count]]
+                head = (
+                    await buffering.activate(self.pool, turn.head, chosen, self.counter)
+                    if chosen
+                    else None
                 )
+                if head is not None:
+                    turn.head, turn.activated, turn.activation = head, chosen, activation
+                    turn.consumed = turn.chunks[count - 1][1]
+                    turn.chunks = turn.chunks[count:]
+        turn.remaining = turn.pending - turn.cumulative[turn.consumed]
+        turn.unobserved = turn.unobserved[turn.consumed :]
+        turn.sizes = turn.sizes[turn.consumed :]
+
+    async def _observe_if_due(self, turn: _Turn) -> None:
+        """Step 3: observe synchronously when the tokens left reach the threshold (with
+        buffering: the safety bound, else the threshold), all but the retained tail.
+        A failed Observer leaves the log as it was and sets ``turn.degraded``."""
+        bound = turn.snapshot.observation_block_after_tokens
+        limit = bound if turn.buffering and bound is not None else turn.threshold
+        if turn.remaining < limit:
+            return
+        split = retained_split(turn.unobserved, turn.snapshot.retained_floor_tokens, self.counter)
+        batch = turn.unobserved[:split]
+        if not batch:
+            return
+        try:
+            turn.head = await self._observe(
+                turn.head, batch, turn.snapshot, turn.deadline, turn.session_id
             )
-            if ready is not None and (head.observation_tokens >= due or early is not None):
-                guard = None if head.observation_tokens >= due else snapshot
-                reflected = await self._activate_reflection(head, ready, guard)
-                if reflected is not None:
-                    head, reflection_activated = reflected, ready
-            elif head.observation_tokens >= due and (
-                not buffering or start is None or head.observation_tokens >= (block or due)
-            ):
-                head, reflection = await self._reflect(head, snapshot, deadline)
-            elif (
-                ready is None
-                and start is not None
-                and buffering
-                and head.observation_tokens >= max(start, head.next_reflection_tokens)
-            ):
-                reflect_job = ReflectJob(head, snapshot)
-        groups: list[ObservationGroup] = []
-        if head is not None:
-            async with self.pool.connection() as conn:
-                groups = await obs_sql.groups_of_log(conn, head)
-        recent = unobserved[-self.fallback_limit :] if degraded else unobserved
+        except ObservationFailed as exc:
+            turn.degraded = str(exc)
+            return
+        turn.unobserved, turn.sizes = turn.unobserved[split:], turn.sizes[split:]
+        turn.remaining = sum(turn.sizes)
+        turn.chunks = []  # overtaken: deleted with the observation
+        turn.observed = True
+
+    def _plan_buffering(self, turn: _Turn) -> None:
+        """Step 4: with buffering and no degraded fallback, the background Observer run
+        due now, if any (``turn.buffer_job``). Pure: reads and writes nothing."""
+        if turn.buffering and turn.degraded is None:
+            turn.buffer_job = plan_buffer_job(
+                turn.resource_id, turn.session_id, turn.head, turn.chunks, turn.unobserved,
+                turn.sizes, turn.consumed, turn.remaining, turn.threshold, turn.snapshot,
+            )  # fmt: skip
+
+    async def _reflect_if_due(self, turn: _Turn) -> None:
+        """Step 5: when the log reaches the reflection threshold, activate a buffered
+        reflection (also early, under Mastra's guard) or reflect synchronously; from the
+        reflection buffer start ask for a background one (``turn.reflect_job``)."""
+        head = turn.head
+        if head is None or head.observation_tokens <= 0:
+            return
+        snapshot = turn.snapshot
+        ready = await ready_reflection(self.pool, head, snapshot, buffering=turn.buffering)
+        early = (
+            None
+            if ready is None
+            else early_trigger(
+                snapshot.reflection_activate_on_provider_change,
+                snapshot.reflection_activate_after_idle,
+                turn.last_reply_at,
+                turn.now,
+                turn.actor,
+                turn.previous_actor,
+            )
+        )
+        action = reflection_action(head, snapshot, ready, early, buffering=turn.buffering)
+        if action in ("activate", "activate_early"):
+            assert ready is not None
+            guard = snapshot if action == "activate_early" else None
+            reflected = await activate_reflection(self.pool, head, ready, guard, self.counter)
+            if reflected is not None:
+                turn.head, turn.reflection_activated = reflected, ready
+        elif action == "reflect":
+            turn.head, turn.reflection = await reflect_now(
+                self.pool, self.model, head, snapshot, turn.deadline, self.counter
+            )
+        elif action == "buffer":
+            turn.reflect_job = ReflectJob(head, snapshot)
+
+    async def _context(self, turn: _Turn) -> ObservedContext:
+        """Step 6: the turn's context: the head's active groups and the raw messages left
+        (on a degraded turn only the last ``fallback_limit`` of them)."""
+        groups = await read_groups(self.pool, turn.head)
+        recent = turn.unobserved[-self.fallback_limit :] if turn.degraded else turn.unobserved
         return ObservedContext(
-            snapshot=snapshot,
-            log=head,
+            snapshot=turn.snapshot,
+            log=turn.head,
             groups=tuple(groups),
             recent=tuple(recent),
-            pending_tokens=pending,
-            observed=observed,
-            reflection=reflection,
-            degraded=degraded,
-            last_message_at=last_at,
-            activated=tuple(activated),
-            activation=activation,
-            buffered=tuple(chunk for chunk, _ in chunks),
-            buffer_job=job,
-            reflect_job=reflect_job,
-            reflection_activated=reflection_activated,
+            pending_tokens=turn.pending,
+            observed=turn.observed,
+            reflection=turn.reflection,
+            degraded=turn.degraded,
+            last_message_at=turn.last_at,
+            activated=tuple(turn.activated),
+            activation=turn.activation,
+            buffered=tuple(chunk for chunk, _ in turn.chunks),
+            buffer_job=turn.buffer_job,
+            reflect_job=turn.reflect_job,
+            reflection_activated=turn.reflection_activated,
         )
-
-    def _buffer_job(
-        self,
-        resource_id: str,
-        session_id: str,
-        head: ObservationLog | None,
-        chunks: Sequence[tuple[ObservationGroup, int]],
-        unobserved: Sequence[Message],
-        sizes: Sequence[int],
-        consumed: int,
-        remaining: int,
-        threshold: int,
-        snapshot: ExecutionSnapshot,
-    ) -> BufferJob | None:
-        """The background run due now: the messages past the last chunk once they hold
-        an interval's tokens (half an interval close to the threshold)."""
-        interval = snapshot.buffer_interval_tokens
-        assert interval is not None
-        if remaining * 10 >= threshold * 10 - 11 * interval:
-            interval = max(1, interval // 2)
-        start = chunks[-1][1] - consumed if chunks else 0
-        new = unobserved[start:]
-        if not new or sum(sizes[start:]) < interval:
-            return None
-        after_id = (
-            chunks[-1][0].last_message_id
-            if chunks
-            else (head.last_observed_message_id if head else None)
-        )
-        previous = "\n\n".join(
-            part
-            for part in [head.observations if head else "", *(c.observations for c, _ in chunks)]
-            if part
-        )
-        return BufferJob(resource_id, session_id, tuple(new), after_id, previous, snapshot)
 
     async def buffer(self, job: BufferJob) -> ObservationGroup:
         """Run the Observer over ``job.batch`` (within ``timeout_s``) and store a buffered chunk.
 
         Raises ``ObservationFailed`` when the Observer fails or the thread moved
         on meanwhile (the batch no longer continues the chunks); nothing is
-        stored then.
+        stored then. See ``buffering.buffer``.
         """
-        request = build_observer_messages(job.batch, job.previous, job.snapshot, self.counter)
-        new = await run_observer(self.model, request, timeout_s=self.timeout_s)
-        batch = job.batch
-        async with self.pool.connection() as conn, conn.transaction():
-            head = await obs_sql.head_log(conn, job.resource_id, job.session_id)
-            if head is None:
-                try:
-                    async with conn.transaction():
-                        head = await _insert_log(
-                            conn,
-                            job.resource_id,
-                            job.session_id,
-                            generation=0,
-                            origin="observation",
-                            observations="",
-                            observation_tokens=0,
-                            last_observed_message_id=None,
-                        )
-                except psycopg.errors.UniqueViolation:
-                    head = await obs_sql.head_log(conn, job.resource_id, job.session_id)
-                    assert head is not None
-            locked = await obs_sql.lock_log(conn, head)
-            assert locked is not None
-            cursor = locked.last_observed_message_id
-            waiting = await obs_sql.buffered_groups(
-                conn, job.resource_id, job.session_id, after_id=cursor
-            )
-            expected = waiting[-1].last_message_id if waiting else cursor
-            if expected != job.after_id:
-                raise ObservationFailed("the thread moved on while the Observer ran")
-            return await _insert_group(
-                conn,
-                locked,
-                kind="observation",
-                status="buffered",
-                first_message_id=batch[0].id,
-                last_message_id=batch[-1].id,
-                observations=new,
-                observation_tokens=count_text(new, self.counter),
-                message_tokens=sum(count_message(m, self.counter) for m in batch),
-            )
+        return await buffering.buffer(
+            self.pool, self.model, job, counter=self.counter, timeout_s=self.timeout_s
+        )
 
     async def reflect_buffered(self, job: ReflectJob) -> ObservationGroup | None:
         """Run the Reflector over ``job.log`` (within ``timeout_s``) and store the result as
-        a buffered reflection of that generation; ``None`` when no valid result came (the
-        next try then waits until the log grew by a tenth of the threshold).
+        a buffered reflection of that generation; ``None`` when no valid result came.
 
         Raises ``ObservationFailed`` when the log changed generation meanwhile.
+        See ``reflection.reflect_buffered``.
         """
-        head = job.log
-        result = await reflect(
-            self.model,
-            head.observations,
-            job.snapshot,
-            current_tokens=head.observation_tokens,
-            deadline=time.monotonic() + self.timeout_s,
-            counter=self.counter,
+        return await reflection.reflect_buffered(
+            self.pool, self.model, job, counter=self.counter, timeout_s=self.timeout_s
         )
-        backoff = max(1, job.snapshot.reflection_observation_tokens // 10)
-        async with self.pool.connection() as conn, conn.transaction():
-            current = await obs_sql.head_log(conn, head.resource_id, head.session_id)
-            if current is None or current.id != head.id:
-                raise ObservationFailed("the log was reflected while the Reflector ran")
-            locked = await obs_sql.lock_log(conn, current)
-            assert locked is not None
-            if result.observations is None:
-                await obs_sql.set_next_reflection(conn, locked, head.observation_tokens + backoff)
-                return None
-            # What the Reflector read: the groups up to the cursor it saw (later ones
-            # were appended after it and stay outside the reflection).
-            cursor = head.last_observed_message_id or 0
-            covered = [
-                g for g in await obs_sql.groups_of_log(conn, locked) if g.last_message_id <= cursor
-            ]
-            if not covered:
-                raise ObservationFailed("the reflected groups are gone")
-            return await _insert_group(
-                conn,
-                locked,
-                kind="reflection",
-                status="buffered",
-                first_message_id=min(g.first_message_id for g in covered),
-                last_message_id=max(g.last_message_id for g in covered),
-                observations=result.observations,
-                observation_tokens=result.observation_tokens,
-                message_tokens=sum(g.message_tokens for g in covered),
-            )
-
-    async def _activate_reflection(
-        self, head: ObservationLog, ready: ObservationGroup, guard: ExecutionSnapshot | None
-    ) -> ObservationLog | None:
-        """A new generation: the buffered reflection plus the groups the head gained after
-        it was written (copied in, in order); ``None`` if another turn got there first.
-
-        ``guard`` (early, idle/provider activation below the threshold) applies Mastra's
-        refusal rule (PR #15462): the groups added after the reflected range must hold at
-        least as many tokens as the reflection, and both together at least 75% of
-        threshold * (1 - reflection buffer start); otherwise nothing changes.
-        """
-        try:
-            return await self._commit_reflection(head, ready, guard)
-        except _Conflict:
-            return None
-
-    async def _commit_reflection(
-        self, head: ObservationLog, ready: ObservationGroup, guard: ExecutionSnapshot | None
-    ) -> ObservationLog | None:
-        async with self.pool.connection() as conn, conn.transaction():
-            locked = await obs_sql.lock_log(conn, head)
-            if locked is None or locked.observations != head.observations:
-                return None
-            groups = await obs_sql.groups_of_log(conn, locked)
-            covered = [g for g in groups if g.last_message_id <= ready.last_message_id]
-            tail = [g for g in groups if g.last_message_id > ready.last_message_id]
-            if guard is not None:
-                added = sum(g.observation_tokens for g in tail)
-                both = added + ready.observation_tokens
-                start = guard.reflection_buffer_activation or 0.0
-                if added < ready.observation_tokens or both < (
-                    0.75 * guard.reflection_observation_tokens * (1 - start)
-                ):
-                    return None
-            text = "\n\n".join([ready.observations, *(g.observations for g in tail)])
-            tokens = count_text(text, self.counter)
-            log = await _insert_reflection(conn, head, text, tokens, covered)
-            if log is None:
-                return None
-            if await obs_sql.activate_groups(conn, log, [ready.id]) != 1:
-                raise _Conflict
-            for g in tail:
-                await _insert_group(
-                    conn,
-                    log,
-                    kind=g.kind,
-                    first_message_id=g.first_message_id,
-                    last_message_id=g.last_message_id,
-                    observations=g.observations,
-                    observation_tokens=g.observation_tokens,
-                    message_tokens=g.message_tokens,
-                )
-            return log
-
-    async def _activate(
-        self, head: ObservationLog, chosen: Sequence[ObservationGroup]
-    ) -> ObservationLog | None:
-        """Append ``chosen`` to the head and make them active, moving the cursor to the
-        last one's last message; ``None`` (nothing changed) if another turn got there first."""
-        new = "\n\n".join(c.observations for c in chosen)
-        text = f"{head.observations}\n\n{new}" if head.observations else new
-        try:
-            async with self.pool.connection() as conn, conn.transaction():
-                log = await _advance_log(
-                    conn,
-                    head,
-                    observations=text,
-                    observation_tokens=count_text(text, self.counter),
-                    last_observed_message_id=chosen[-1].last_message_id,
-                )
-                if log is None:
-                    return None
-                moved = await obs_sql.activate_groups(conn, log, [c.id for c in chosen])
-                if moved != len(chosen):
-                    raise _Conflict  # rolls the cursor move back
-                return log
-        except _Conflict:
-            return None
 
     async def _observe(
         self,
@@ -689,6 +484,10 @@ class ObservationalMemory:
         deadline: float,
         session_id: str,
     ) -> ObservationLog:
+        """Observe ``batch`` (by ``deadline``) onto ``head`` (a new generation 0 without
+        one), in one transaction with its group, deleting the buffered chunks it
+        overtook. Raises ``ObservationFailed`` (nothing stored) when the Observer fails
+        or another turn observed meanwhile."""
         previous = head.observations if head else ""
         request = build_observer_messages(batch, previous, snapshot, self.counter)
         new = await run_observer(self.model, request, timeout_s=deadline - time.monotonic())
@@ -698,7 +497,7 @@ class ObservationalMemory:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 if head is None:
-                    log = await _insert_log(
+                    log = await writes.insert_log(
                         conn,
                         resource_id,
                         session_id,
@@ -709,7 +508,7 @@ class ObservationalMemory:
                         last_observed_message_id=batch[-1].id,
                     )
                 else:
-                    advanced = await _advance_log(
+                    advanced = await writes.advance_log(
                         conn,
                         head,
                         observations=text,
@@ -720,7 +519,7 @@ class ObservationalMemory:
                         raise ObservationFailed("another turn observed this thread meanwhile")
                     log = advanced
                 await obs_sql.delete_overtaken_buffered(conn, resource_id, session_id, batch[-1].id)
-                await _insert_group(
+                await writes.insert_group(
                     conn,
                     log,
                     kind="observation",
@@ -733,83 +532,3 @@ class ObservationalMemory:
         except psycopg.errors.UniqueViolation as exc:
             raise ObservationFailed("another turn observed this thread meanwhile") from exc
         return log
-
-    async def _reflect(
-        self, head: ObservationLog, snapshot: ExecutionSnapshot, deadline: float
-    ) -> tuple[ObservationLog, Reflection]:
-        result = await reflect(
-            self.model,
-            head.observations,
-            snapshot,
-            current_tokens=head.observation_tokens,
-            deadline=deadline,
-            counter=self.counter,
-        )
-        backoff = max(1, snapshot.reflection_observation_tokens // 10)
-        async with self.pool.connection() as conn, conn.transaction():
-            # The head row stays locked until the new generation is in: an activation
-            # or observation that changed the log while the Reflector ran wins, and
-            # this reflection (of the text before it) is dropped instead of losing it.
-            current = await obs_sql.lock_log(conn, head)
-            if current is None or (current.observations, current.last_observed_message_id) != (
-                head.observations,
-                head.last_observed_message_id,
-            ):
-                return (current or head), result
-            if result.observations is None:
-                await obs_sql.set_next_reflection(conn, head, head.observation_tokens + backoff)
-                return head, result
-            covered = await obs_sql.groups_of_log(conn, head)
-            log = await _insert_reflection(
-                conn,
-                head,
-                result.observations,
-                result.observation_tokens,
-                covered,
-                next_reflection_tokens=(
-                    0 if result.reached_target else result.observation_tokens + backoff
-                ),
-            )
-            if log is None:
-                return head, result  # another turn reflected first; its generation stands
-            if covered:
-                await _insert_group(
-                    conn,
-                    log,
-                    kind="reflection",
-                    first_message_id=min(g.first_message_id for g in covered),
-                    last_message_id=max(g.last_message_id for g in covered),
-                    observations=result.observations,
-                    observation_tokens=result.observation_tokens,
-                    message_tokens=sum(g.message_tokens for g in covered),
-                )
-        return log, result
-
-
-async def _insert_reflection(
-    conn: Conn,
-    head: ObservationLog,
-    observations: str,
-    observation_tokens: int,
-    covered: Sequence[ObservationGroup],
-    *,
-    next_reflection_tokens: int = 0,
-) -> ObservationLog | None:
-    """The next generation of ``head``, a reflection covering ``covered``; ``None`` when
-    another turn inserted that generation first (a savepoint keeps the caller's transaction)."""
-    try:
-        async with conn.transaction():
-            return await _insert_log(
-                conn,
-                head.resource_id,
-                head.session_id,
-                generation=head.generation + 1,
-                origin="reflection",
-                observations=observations,
-                observation_tokens=observation_tokens,
-                last_observed_message_id=head.last_observed_message_id,
-                covered_group_ids=[g.id for g in covered],
-                next_reflection_tokens=next_reflection_tokens,
-            )
-    except psycopg.errors.UniqueViolation:
-        return None

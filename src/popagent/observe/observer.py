@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from ..credentials import redact_credentials, redact_json_text
-from ..errors import PopagentError, ValidationError
+from ..errors import ObservationFailed, ValidationError
 from ..llm.protocol import (
     ChatMessage,
     ChatModel,
@@ -87,10 +87,6 @@ each tag on its own line."""
 
 _GUIDANCE_HEADING = "=== CUSTOM INSTRUCTIONS ==="
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
-
-
-class ObservationFailed(PopagentError):
-    """The Observer gave no usable observations (a failed, slow, empty or looping call)."""
 
 
 def attachment_allowed(media_type: str, patterns: Sequence[str]) -> bool:

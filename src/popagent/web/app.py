@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..access import AllowedHosts, HostGuard
+from ..agent import build_agent
 from ..connection import connect
 from ..embed import Embedder
 from ..llm import ModelSettings, OpenAIChatModel
@@ -32,7 +33,7 @@ from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
 from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
 from .scheduler import MaintenanceScheduler
-from .services import Services, build_agent
+from .services import Services
 
 __all__ = ["create_app"]
 

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from starlette.requests import HTTPConnection
 
-from ..agent import Agent, ObservationalHistory
-from ..llm.protocol import ChatModel
+from ..agent import Agent, build_agent
 from ..memory.longterm import LongTermMemory
 from ..models import ObservationGroup, ObservationLog
 from ..observe.settings_store import MemorySettingsStore
-from ..secrets import SecretStore
-from ..store import observations as obs_sql
+from ..observe.state import read_state
 from ..threads import ThreadStore
 from .config import ServerConfig
 from .scheduler import MaintenanceScheduler
 
+# ``build_agent`` lives in ``popagent.agent.builder``; re-exported for old imports.
 __all__ = ["Services", "build_agent", "services"]
 
 T = TypeVar("T")
@@ -68,11 +66,10 @@ class Services:
         self, session_id: str
     ) -> tuple[list[ObservationLog], list[ObservationGroup]]:
         """Every generation of the session's observation log, oldest first, and the
-        groups of the active (last) one: what the API and the GUI show, read-only."""
-        async with self.memory.pool.connection() as conn:
-            logs = await obs_sql.list_logs(conn, self.resource_id, session_id)
-            groups = await obs_sql.groups_of_log(conn, logs[-1]) if logs else []
-        return logs, groups
+        groups of the active (last) one: what the API and the GUI show, read-only
+        (``observe.state.read_state``)."""
+        state = await read_state(self.memory.pool, self.resource_id, session_id)
+        return list(state.generations), list(state.groups)
 
     def spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` in the background, kept alive until it ends or ``drain``."""
@@ -89,27 +86,6 @@ class Services:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-
-def build_agent(
-    memory: LongTermMemory,
-    model: ChatModel,
-    stack: AsyncExitStack,
-    *,
-    secrets: SecretStore | None = None,
-) -> Agent:
-    """The server's agent: observational history (closed with ``stack``), the
-    ``read_history`` tool while retrieval is on, the secret tools when a key is set."""
-    history = ObservationalHistory(model)
-    stack.push_async_callback(history.aclose)
-    return Agent(
-        memory,
-        ThreadStore(memory.pool),
-        model,
-        secrets=secrets,
-        history=history,
-        tools=[history.retrieval_tool()],
-    )
 
 
 def services(request: HTTPConnection) -> Services:
