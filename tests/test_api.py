@@ -18,6 +18,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "client",
         "credentials",
         "connection",
+        "defaults",
         "embed",
         "errors",
         "llm",

@@ -396,7 +396,7 @@ async def test_recall_preview_shows_components_and_block(
     response = await post_form(gui, "/recall", {"query": "what is my cat called", "limit": "5"})
     assert response.status_code == 200
     html = response.text
-    expected = memory.render(await memory.recall(resource, "what is my cat called", limit=5))
+    expected = popagent.render(await memory.recall(resource, "what is my cat called", limit=5))
     assert f'data-testid="rendered">{escape(expected)}</pre>' in html
     assert "The user&#39;s cat is called Miso" in html
     for header in ("Component", "Value", "Weight", "Contribution"):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .defaults import ALLOWED_HOSTS_ENV, TOKEN_ENV, TOKEN_FILE_ENV
 from .errors import ValidationError
 
 __all__ = [
@@ -51,9 +52,6 @@ __all__ = [
     "split_host",
 ]
 
-TOKEN_ENV = "POPAGENT_TOKEN"
-TOKEN_FILE_ENV = "POPAGENT_TOKEN_FILE"
-ALLOWED_HOSTS_ENV = "POPAGENT_ALLOWED_HOSTS"
 #: The names a loopback-bound service answers to (besides configured ones).
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 # A token guards memory content on a network; short ones are guessable.

@@ -3,15 +3,28 @@
 ::
 
     PopagentError
-    ├── ValidationError        bad input; names the field and the limit
-    │   └── SecretRefusedError a fact that looks like a credential
-    ├── NotFoundError          no such memory in this resource
-    ├── ConflictError          a strict create met an existing key
-    ├── DatabaseError          the server could not be reached or started
-    ├── TurnFailedError        an agent turn could not complete; ``cause`` says why
-    ├── ModelError             a model call failed (``popagent.llm.protocol``)
-    ├── SecretKeyError         no usable secret key (``popagent.secrets.cipher``)
-    └── SecretDecryptError     a secret did not decrypt (``popagent.secrets.cipher``)
+    ├── ValidationError             bad input; names the field and the limit
+    │   └── SecretRefusedError      a fact that looks like a credential
+    ├── NotFoundError               no such memory in this resource
+    ├── ConflictError               a strict create met an existing key
+    ├── DatabaseError               the server could not be reached or started
+    ├── TurnFailedError             an agent turn could not complete; ``cause`` says why
+    ├── ModelError                  a model call failed; ``retryable`` says if it may succeed later
+    ├── EmbeddingError              the embedding model could not embed the texts
+    ├── ObservationFailed           the Observer gave no usable observations
+    ├── SecretKeyError              no usable secret key
+    ├── SecretDecryptError          a secret did not decrypt
+    ├── BackupError                 a backup or restore was refused or failed
+    └── ClientError                 the HTTP client could not use the server for a request
+        ├── TransportError          no answer at all
+        ├── UnauthorizedError       401
+        └── ServerError             another 5xx
+            └── DatabaseUnavailableError   503 for the database (also a DatabaseError)
+
+Every class is defined here; the modules that raise them (``popagent.llm.protocol``,
+``popagent.embed.protocol``, ``popagent.observe.observer``, ``popagent.secrets.cipher``,
+``popagent.store.backup``, ``popagent.client.errors``) re-export them, so both
+import paths name the same class.
 
 Every error is raised before anything is written, or after the transaction
 that would have written was rolled back: a failed call changes nothing. The one
@@ -22,12 +35,23 @@ so the messages it persisted before failing stay in the session's history.
 from __future__ import annotations
 
 __all__ = [
+    "BackupError",
+    "ClientError",
     "ConflictError",
     "DatabaseError",
+    "DatabaseUnavailableError",
+    "EmbeddingError",
+    "ModelError",
     "NotFoundError",
+    "ObservationFailed",
     "PopagentError",
+    "SecretDecryptError",
+    "SecretKeyError",
     "SecretRefusedError",
+    "ServerError",
+    "TransportError",
     "TurnFailedError",
+    "UnauthorizedError",
     "ValidationError",
 ]
 
@@ -78,3 +102,79 @@ class TurnFailedError(PopagentError):
         super().__init__(message)
         self.message = message
         self.cause = cause
+
+
+class ModelError(PopagentError):
+    """The model could not produce a completion.
+
+    ``retryable`` is true when the failure was transient (a timeout, a lost
+    connection, HTTP 408/409/429/5xx) so the whole call may succeed later; it
+    is false when repeating the same request cannot help (HTTP 400/401/403/
+    404/422, a malformed response) or would repeat text already streamed.
+    ``attempts`` counts the HTTP requests made, retries included.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status_code: int | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status_code = status_code
+        self.attempts = attempts
+
+
+class EmbeddingError(PopagentError):
+    """The embedding model could not embed the texts (unreachable, bad answer, bad model)."""
+
+
+class ObservationFailed(PopagentError):
+    """The Observer gave no usable observations (a failed, slow, empty or looping call)."""
+
+
+class SecretKeyError(PopagentError):
+    """The secret key is missing, malformed, or kept in an unsafe key file."""
+
+
+class SecretDecryptError(PopagentError):
+    """A stored secret could not be decrypted: the wrong key, or a ciphertext that
+    does not belong to its row (copied or altered)."""
+
+
+class BackupError(PopagentError):
+    """A backup or restore was refused or failed; the message says why and what to do."""
+
+
+class ClientError(PopagentError):
+    """The server could not be used for this request; ``str()`` is one sentence.
+
+    ``status`` is the HTTP status (``None`` when no answer came) and ``error``
+    the server's error code (``None`` when it sent no error body).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, error: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error = error
+
+
+class TransportError(ClientError):
+    """No answer: the server could not be reached, or the request timed out."""
+
+
+class UnauthorizedError(ClientError):
+    """401: no bearer token, or the wrong one."""
+
+
+class ServerError(ClientError):
+    """A 5xx the library has no error class for (the server failed or is unavailable)."""
+
+
+class DatabaseUnavailableError(ServerError, DatabaseError):
+    """503 ``database_unavailable``: the server is up but cannot reach its database."""

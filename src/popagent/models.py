@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 __all__ = [
     "ORIGINS",
     "AuditHookName",
@@ -34,11 +37,15 @@ __all__ = [
     "ScoreComponent",
     "Session",
     "TurnStatus",
+    "Vectors",
     "turn_marker",
     "unfinished_turn_ends",
 ]
 
 Kind = Literal["fact", "episode"]
+#: Embedding vectors: one unit-length float32 row per text (``popagent.embed``
+#: makes them, ``popagent.store.vectors`` keeps them).
+Vectors = NDArray[np.float32]
 Role = Literal["system", "user", "assistant", "tool"]
 RememberAction = Literal["created", "updated", "unchanged"]
 #: Where a memory came from. ``agent``: a tool call in a chat turn; ``turn``: an

@@ -5,11 +5,13 @@
     agent = Agent(memory, ThreadStore(memory.pool), OpenAIChatModel(settings), secrets=secrets)
     result = await agent.run_turn("popagent-user", "session-1", "I prefer dark mode")
 
-Imports point downward: this package uses ``memory``, ``threads``, ``secrets``,
-``llm`` and ``store``; nothing below it imports it.
+Imports point downward: this package uses ``memory``, ``observe``, ``threads``,
+``secrets`` and ``llm``, never ``store`` (the database is reached through
+``threads``); nothing below it imports it.
 """
 
 from .audit import AuditHook, AuditLog
+from .builder import build_agent
 from .guidance import SUPERVISOR_GUIDANCE
 from .history import HistoryRequest, HistorySource, RecentMessages, to_chat_messages
 from .hooks import (
@@ -65,6 +67,7 @@ __all__ = [
     "TurnResult",
     "TurnTimings",
     "assemble_prompt",
+    "build_agent",
     "check_arguments",
     "render_observations",
     "secret_tools",

@@ -25,8 +25,8 @@ from typing import Any
 
 from ..checks import check_id, check_limit
 from ..models import AuditRecord
-from ..store import audit as sql
-from ..store.database import Pool
+from ..threads import audit as audit_store
+from ..threads.turns import Pool
 from .hooks import ModelCallEnd, ModelCallStart, ToolCallEnd, ToolCallStart
 
 __all__ = ["AUDIT_LIST_CAP", "AuditHook", "AuditLog"]
@@ -110,9 +110,7 @@ class AuditHook:
         before = self._pending.pop(call_id, None)
         rows = [before, after] if before is not None else [after]
         try:
-            async with self._pool.connection() as conn, conn.transaction():
-                await conn.execute(sql.ASYNC_COMMIT)
-                await sql.insert_audit_rows(conn, rows)
+            await audit_store.write_audit_rows(self._pool, rows)
         except Exception as exc:
             sqlstate = getattr(exc, "sqlstate", None)
             log.warning(
@@ -138,5 +136,6 @@ class AuditLog:
         if session_id is not None:
             session_id = check_id("session_id", session_id)
         limit = check_limit(limit, cap=AUDIT_LIST_CAP)
-        async with self._pool.connection() as conn:
-            return await sql.list_audit(conn, resource_id, session_id=session_id, limit=limit)
+        return await audit_store.list_audit(
+            self._pool, resource_id, session_id=session_id, limit=limit
+        )

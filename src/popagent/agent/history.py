@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from ..llm.protocol import ChatMessage, ToolCall
 from ..models import Message
-from ..store import threads as thread_sql
-from ..store.database import Pool
+from ..threads import turns
+from ..threads.turns import Pool
 
 __all__ = ["HistoryRequest", "HistorySource", "RecentMessages", "to_chat_messages"]
 
@@ -58,14 +58,13 @@ class RecentMessages:
     async def load(self, request: HistoryRequest) -> list[ChatMessage]:
         if self.limit == 0:
             return []
-        async with request.pool.connection() as conn:
-            stored = await thread_sql.recent_messages(
-                conn,
-                request.resource_id,
-                request.session_id,
-                limit=self.limit,
-                before_id=request.before_id,
-            )
+        stored = await turns.recent_messages(
+            request.pool,
+            request.resource_id,
+            request.session_id,
+            limit=self.limit,
+            before_id=request.before_id,
+        )
         return to_chat_messages(stored)
 
 

@@ -25,9 +25,8 @@ from typing import Any, Literal
 
 from ..llm.protocol import ChatMessage, ToolCall
 from ..models import Message, Outcome, Role
-from ..store import threads as thread_sql
-from ..store.database import Conn, Pool
-from ..threads import ThreadStore
+from ..threads import ThreadStore, turns
+from ..threads.turns import Conn, Pool
 from .scrubber import SecretScrubber
 
 __all__ = ["Transcript"]
@@ -97,8 +96,7 @@ class Transcript:
                 rewrites.append((message.id, content, parts))
                 self._written[i] = replace(message, content=content, parts=tuple(parts))
         if rewrites:
-            async with self._pool.connection() as conn, conn.transaction():
-                await thread_sql.rewrite_messages(conn, self.resource_id, self.session_id, rewrites)
+            await turns.rewrite_messages(self._pool, self.resource_id, self.session_id, rewrites)
         return len(rewrites)
 
     async def _append(

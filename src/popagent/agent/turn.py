@@ -65,9 +65,7 @@ from ..memory.render import render
 from ..memory.validation import QUERY_CAP, TOOL_CALL_ID_CAP, check_provenance
 from ..models import Memory, Outcome, Provenance, RecallResult, TurnStatus
 from ..secrets import SecretStore
-from ..store import threads as thread_sql
-from ..store.locks import session_turn_lock
-from ..threads import ThreadStore
+from ..threads import ThreadStore, turns
 from ..threads.service import MESSAGE_CAP
 from .audit import AuditHook
 from .history import HistoryRequest, HistorySource, RecentMessages
@@ -242,7 +240,7 @@ class Agent:
         now = check_time("now", now)
         # One turn at a time per session, across processes too (``serve
         # --workers``, ``popagent chat`` and library callers on one database).
-        async with session_turn_lock(self.memory.pool, resource_id, session_id):
+        async with turns.session_turn_lock(self.memory.pool, resource_id, session_id):
             return await self._locked_turn(resource_id, session_id, user_text, on_text, now, began)
 
     async def _locked_turn(
@@ -275,7 +273,7 @@ class Agent:
                 memory_block,
                 on_text,
                 now,
-                deadline=began + thread_sql.MAX_TURN_DURATION.total_seconds(),
+                deadline=began + turns.MAX_TURN_DURATION.total_seconds(),
             )
         except BaseException as exc:
             recall.cancel()
@@ -338,7 +336,7 @@ class Agent:
             await self.hooks.drain()
             if isinstance(exc, TimeoutError) and limit.expired():
                 raise TurnFailedError(
-                    f"the turn took longer than {thread_sql.MAX_TURN_DURATION} and was stopped"
+                    f"the turn took longer than {turns.MAX_TURN_DURATION} and was stopped"
                 ) from exc
             raise
         finally:
@@ -379,12 +377,13 @@ class Agent:
         if transcript.turn_id is None:
             return
         try:
-            async with (
-                asyncio.timeout(END_TURN_TIMEOUT_S),
-                self.memory.pool.connection() as conn,
-            ):
-                await thread_sql.end_turn(
-                    conn, transcript.resource_id, transcript.session_id, transcript.turn_id, status
+            async with asyncio.timeout(END_TURN_TIMEOUT_S):
+                await turns.end_turn(
+                    self.memory.pool,
+                    transcript.resource_id,
+                    transcript.session_id,
+                    transcript.turn_id,
+                    status,
                 )
         except Exception as exc:
             log.warning(

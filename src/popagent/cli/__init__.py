@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import click
 
+from ..defaults import DATA_DIR_ENV, DATABASE_URL_ENV, RESOURCE_ID_ENV
 from .backup import backup_command, restore_command
 from .chat import chat_command
 from .common import DEFAULT_RESOURCE, Settings
@@ -38,17 +39,17 @@ __all__ = ["main"]
 @click.group()
 @click.option(
     "--database-url",
-    envvar="POPAGENT_DATABASE_URL",
+    envvar=DATABASE_URL_ENV,
     help="PostgreSQL URL; default: embedded server.",
 )
 @click.option(
     "--data-dir",
-    envvar="POPAGENT_DATA_DIR",
+    envvar=DATA_DIR_ENV,
     help="popagent's data folder; the embedded server's cluster lives in its pgdata/.",
 )
 @click.option(
     "--resource-id",
-    envvar="POPAGENT_RESOURCE_ID",
+    envvar=RESOURCE_ID_ENV,
     default=DEFAULT_RESOURCE,
     show_default=True,
     help="The resource whose memory to use.",

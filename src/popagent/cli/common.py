@@ -23,6 +23,7 @@ import click
 import platformdirs
 
 from ..connection import connect
+from ..defaults import DEFAULT_RESOURCE
 from ..embed import configured_embedder
 from ..errors import PopagentError, ValidationError
 from ..memory.longterm import LongTermMemory
@@ -47,7 +48,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-DEFAULT_RESOURCE = "popagent-user"
 
 
 @dataclass(frozen=True, slots=True)

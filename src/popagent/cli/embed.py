@@ -18,6 +18,14 @@ from typing import Any
 import click
 
 from ..connection import connect
+from ..defaults import (
+    EMBEDDER_ENV,
+    EMBEDDING_API_KEY_ENV,
+    EMBEDDING_BASE_URL_ENV,
+    EMBEDDING_DIMENSIONS_ENV,
+    EMBEDDING_MODEL_ENV,
+    OPENAI_API_KEY_ENV,
+)
 from ..embed import PROVIDERS, make_embedder
 from .common import Settings, exit_codes
 
@@ -28,17 +36,15 @@ __all__ = ["embed_command"]
 @click.option(
     "--embedder",
     type=click.Choice([p for p in PROVIDERS if p != "none"]),
-    envvar="POPAGENT_EMBEDDER",
+    envvar=EMBEDDER_ENV,
     default="local",
     show_default=True,
     help="Embedding provider.",
 )
-@click.option("--model", envvar="POPAGENT_EMBEDDING_MODEL", help="Model name (openai provider).")
+@click.option("--model", envvar=EMBEDDING_MODEL_ENV, help="Model name (openai provider).")
+@click.option("--base-url", envvar=EMBEDDING_BASE_URL_ENV, help="Endpoint (openai provider).")
 @click.option(
-    "--base-url", envvar="POPAGENT_EMBEDDING_BASE_URL", help="Endpoint (openai provider)."
-)
-@click.option(
-    "--dimensions", type=int, envvar="POPAGENT_EMBEDDING_DIMENSIONS", help="Dimensions to request."
+    "--dimensions", type=int, envvar=EMBEDDING_DIMENSIONS_ENV, help="Dimensions to request."
 )
 @click.option("--all-resources", is_flag=True, help="Every resource, not just --resource-id.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Memories per commit.")
@@ -63,8 +69,7 @@ def embed_command(
             embedder,
             model=model,
             base_url=base_url,
-            api_key=os.environ.get("POPAGENT_EMBEDDING_API_KEY")
-            or os.environ.get("OPENAI_API_KEY"),
+            api_key=os.environ.get(EMBEDDING_API_KEY_ENV) or os.environ.get(OPENAI_API_KEY_ENV),
             dimensions=dimensions,
         )
         assert chosen is not None  # "none" is not offered

@@ -24,16 +24,16 @@ import click
 from ..access import load_token, require_token_for
 from ..checks import check_id
 from ..connection import connect
+from ..defaults import DEFAULT_HOST, TOKEN_FILE_ENV
+from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
 from ..embed import configured_embedder
 from .common import Settings, exit_codes
 
-__all__ = ["mcp_command"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
 
 # ``popagent.mcp`` (the SDK, uvicorn) is imported when the command runs, not when
-# the CLI starts: it would add a second to every other command. These equal
-# ``popagent.mcp.DEFAULT_HOST`` and ``DEFAULT_PORT`` (a test pins it).
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8766
+# the CLI starts: it would add a second to every other command. The defaults come
+# from ``popagent.defaults``, as ``popagent.mcp``'s do.
 
 
 @click.command("mcp")
@@ -54,7 +54,7 @@ DEFAULT_PORT = 8766
 )
 @click.option(
     "--token-file",
-    envvar="POPAGENT_TOKEN_FILE",
+    envvar=TOKEN_FILE_ENV,
     type=click.Path(dir_okay=False),
     help="HTTP: file whose first line is the bearer token (or set POPAGENT_TOKEN).",
 )

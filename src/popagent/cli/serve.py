@@ -21,11 +21,12 @@ import logging.config
 
 import click
 
-from ..access import ALLOWED_HOSTS_ENV, load_token, parse_allowed_hosts, require_token_for
+from ..access import load_token, parse_allowed_hosts, require_token_for
+from ..defaults import ALLOWED_HOSTS_ENV, DEFAULT_HOST, DEFAULT_PORT, TOKEN_FILE_ENV, WORKERS_ENV
 from ..embed import configured_embedder
-from ..errors import PopagentError
-from ..secrets import SecretCipher, SecretKeyError
-from ..web.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+from ..errors import PopagentError, SecretKeyError
+from ..secrets import SecretCipher
+from ..web.config import ServerConfig
 from ..web.middleware import startup_failure
 from .common import Settings, exit_codes, secret_cipher
 
@@ -42,7 +43,7 @@ WORKER_HEALTHCHECK_S = 30
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--token-file",
-    envvar="POPAGENT_TOKEN_FILE",
+    envvar=TOKEN_FILE_ENV,
     type=click.Path(dir_okay=False),
     help="File whose first line is the bearer token (or set POPAGENT_TOKEN).",
 )
@@ -64,7 +65,7 @@ WORKER_HEALTHCHECK_S = 30
 )
 @click.option(
     "--workers",
-    envvar="POPAGENT_WORKERS",
+    envvar=WORKERS_ENV,
     type=click.IntRange(1, 64),
     help="Server processes on the one socket (default: one per core). Env: POPAGENT_WORKERS.",
 )

@@ -41,8 +41,10 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from ..defaults import DATABASE_URL_ENV, WORKER_CONFIG_ENV, WORKER_PARENT_ENV
 from ..embed import configured_embedder
-from ..secrets import SecretCipher, SecretKeyError
+from ..errors import SecretKeyError
+from ..secrets import SecretCipher
 from ..store.database import open_pool
 from ..store.embedded import EmbeddedServer
 from ..web import create_app
@@ -54,10 +56,6 @@ __all__ = ["WORKER_CONFIG_ENV", "create_worker_app", "default_workers", "parent_
 
 log = logging.getLogger("popagent.serve")
 
-#: The configuration the parent hands its workers (JSON; internal).
-WORKER_CONFIG_ENV = "POPAGENT_WORKER_CONFIG"
-#: The PID of the process that started the workers (internal).
-WORKER_PARENT_ENV = "POPAGENT_WORKER_PARENT"
 #: How often the parent checks the embedded postmaster (and a worker its parent).
 WATCH_INTERVAL_S = 0.5
 _PR_SET_PDEATHSIG = 1
@@ -75,7 +73,7 @@ def worker_environment(config: ServerConfig, *, database_url: str, log_level: st
     """Put what every worker needs into this process's environment (inherited)."""
     os.environ[WORKER_CONFIG_ENV] = json.dumps({"config": asdict(config), "log_level": log_level})
     os.environ[WORKER_PARENT_ENV] = str(os.getpid())
-    os.environ["POPAGENT_DATABASE_URL"] = database_url
+    os.environ[DATABASE_URL_ENV] = database_url
 
 
 def _die_with_parent() -> None:
@@ -120,7 +118,7 @@ def create_worker_app() -> FastAPI:
     return create_app(
         config,
         cipher=cipher,
-        database_url=os.environ["POPAGENT_DATABASE_URL"],
+        database_url=os.environ[DATABASE_URL_ENV],
         embedder=configured_embedder(),
         # The parent migrated it; a worker started during an outage must come up
         # (and answer 503) rather than fail, which would stop the whole server.

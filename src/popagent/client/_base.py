@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ..access import TOKEN_ENV, TOKEN_FILE_ENV
-from ..errors import PopagentError
+from ..defaults import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, URL_ENV
+from ..errors import ClientError, PopagentError, TransportError
 from .calls import Call
-from .errors import ClientError, TransportError, error_from_body, error_from_response
+from .errors import error_from_body, error_from_response
 from .shapes import ChatDelta, ChatReply, parse_chat_reply
 
 __all__ = [
@@ -35,10 +35,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Where ``popagent serve`` listens by default.
-DEFAULT_URL = "http://127.0.0.1:8787"
-#: The server's URL for :meth:`Client.from_env`.
-URL_ENV = "POPAGENT_URL"
 #: Seconds for connecting and for each read of a management call.
 DEFAULT_TIMEOUT_S = 30.0
 #: Seconds to wait for a chat reply (or, streamed, between two pieces of it):

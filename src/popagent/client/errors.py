@@ -17,11 +17,15 @@ import json
 from typing import Any
 
 from ..errors import (
+    ClientError,
     ConflictError,
-    DatabaseError,
+    DatabaseUnavailableError,
     NotFoundError,
     PopagentError,
+    ServerError,
+    TransportError,
     TurnFailedError,
+    UnauthorizedError,
     ValidationError,
 )
 
@@ -34,36 +38,6 @@ __all__ = [
     "error_from_body",
     "error_from_response",
 ]
-
-
-class ClientError(PopagentError):
-    """The server could not be used for this request; ``str()`` is one sentence.
-
-    ``status`` is the HTTP status (``None`` when no answer came) and ``error``
-    the server's error code (``None`` when it sent no error body).
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, error: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.error = error
-
-
-class TransportError(ClientError):
-    """No answer: the server could not be reached, or the request timed out."""
-
-
-class UnauthorizedError(ClientError):
-    """401: no bearer token, or the wrong one."""
-
-
-class ServerError(ClientError):
-    """A 5xx the library has no error class for (the server failed or is unavailable)."""
-
-
-class DatabaseUnavailableError(ServerError, DatabaseError):
-    """503 ``database_unavailable``: the server is up but cannot reach its database."""
 
 
 def _text(value: Any) -> str | None:

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import EmbeddingError, EmbedKind, Vectors, normalize_rows
+from ..errors import EmbeddingError
+from .protocol import EmbedKind, Vectors, normalize_rows
 
 __all__ = ["LOCAL_DIMENSIONS", "LOCAL_MODEL", "LocalEmbedder", "load_local_model"]
 

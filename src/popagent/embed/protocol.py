@@ -23,16 +23,12 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import PopagentError
+from ..errors import EmbeddingError
+from ..models import Vectors
 
 __all__ = ["EmbedKind", "Embedder", "EmbeddingError", "Vectors", "normalize_rows"]
 
 EmbedKind = Literal["query", "document"]
-Vectors = NDArray[np.float32]
-
-
-class EmbeddingError(PopagentError):
-    """The embedding model could not embed the texts (unreachable, bad answer, bad model)."""
 
 
 @runtime_checkable

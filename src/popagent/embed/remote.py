@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import openai
 
-from .protocol import EmbeddingError, EmbedKind, Vectors, normalize_rows
+from ..errors import EmbeddingError
+from .protocol import EmbedKind, Vectors, normalize_rows
 
 __all__ = ["OpenAIEmbedder"]
 

@@ -17,6 +17,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from ..defaults import (
+    EMBEDDER_ENV,
+    EMBEDDING_API_KEY_ENV,
+    EMBEDDING_BASE_URL_ENV,
+    EMBEDDING_DIMENSIONS_ENV,
+    EMBEDDING_MODEL_ENV,
+    OPENAI_API_KEY_ENV,
+)
 from ..errors import ValidationError
 from .e5 import E5Embedder
 from .local import LocalEmbedder
@@ -60,16 +68,16 @@ def make_embedder(
 def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
     """The embedder the ``POPAGENT_EMBEDDER*`` variables choose (see the module docstring)."""
     env = os.environ if env is None else env
-    raw_dimensions = env.get("POPAGENT_EMBEDDING_DIMENSIONS") or None
+    raw_dimensions = env.get(EMBEDDING_DIMENSIONS_ENV) or None
     try:
         dimensions = int(raw_dimensions) if raw_dimensions else None
     except ValueError:
-        raise ValidationError("POPAGENT_EMBEDDING_DIMENSIONS", "must be an integer") from None
+        raise ValidationError(EMBEDDING_DIMENSIONS_ENV, "must be an integer") from None
     return make_embedder(
-        (env.get("POPAGENT_EMBEDDER") or DEFAULT_PROVIDER).strip().lower(),
-        model=env.get("POPAGENT_EMBEDDING_MODEL"),
-        base_url=env.get("POPAGENT_EMBEDDING_BASE_URL"),
-        api_key=env.get("POPAGENT_EMBEDDING_API_KEY") or env.get("OPENAI_API_KEY"),
+        (env.get(EMBEDDER_ENV) or DEFAULT_PROVIDER).strip().lower(),
+        model=env.get(EMBEDDING_MODEL_ENV),
+        base_url=env.get(EMBEDDING_BASE_URL_ENV),
+        api_key=env.get(EMBEDDING_API_KEY_ENV) or env.get(OPENAI_API_KEY_ENV),
         dimensions=dimensions,
     )
 
@@ -83,6 +91,6 @@ def configured_embedder(env: Mapping[str, str] | None = None) -> Embedder | None
     which a chat turn and bulk imports would pay.
     """
     env = os.environ if env is None else env
-    if not (env.get("POPAGENT_EMBEDDER") or "").strip():
+    if not (env.get(EMBEDDER_ENV) or "").strip():
         return None
     return embedder_from_env(env)

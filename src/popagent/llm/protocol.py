@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from popagent.errors import PopagentError, ValidationError
+from popagent.errors import ModelError, ValidationError
 
 __all__ = [
     "ChatMessage",
@@ -45,31 +45,6 @@ __all__ = [
 
 ChatRole = Literal["system", "user", "assistant", "tool"]
 TextCallback = Callable[[str], Awaitable[None]]
-
-
-class ModelError(PopagentError):
-    """The model could not produce a completion.
-
-    ``retryable`` is true when the failure was transient (a timeout, a lost
-    connection, HTTP 408/409/429/5xx) so the whole call may succeed later; it
-    is false when repeating the same request cannot help (HTTP 400/401/403/
-    404/422, a malformed response) or would repeat text already streamed.
-    ``attempts`` counts the HTTP requests made, retries included.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status_code: int | None = None,
-        attempts: int = 1,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.status_code = status_code
-        self.attempts = attempts
 
 
 @dataclass(frozen=True, slots=True)

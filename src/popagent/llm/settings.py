@@ -27,18 +27,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from popagent.defaults import MODEL_API_KEY_ENV as _ENV_API_KEY
+from popagent.defaults import MODEL_BASE_URL_ENV as _ENV_BASE_URL
+from popagent.defaults import MODEL_ENV as _ENV_MODEL
+from popagent.defaults import MODEL_MAX_RETRIES_ENV as _ENV_MAX_RETRIES
+from popagent.defaults import MODEL_TIMEOUT_ENV as _ENV_TIMEOUT
+from popagent.defaults import OPENAI_API_KEY_ENV as _ENV_OPENAI_API_KEY
 from popagent.errors import ValidationError
 
 __all__ = ["DEFAULT_BASE_URL", "ModelSettings"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-_ENV_BASE_URL = "POPAGENT_MODEL_BASE_URL"
-_ENV_MODEL = "POPAGENT_MODEL"
-_ENV_API_KEY = "POPAGENT_MODEL_API_KEY"
-_ENV_OPENAI_API_KEY = "OPENAI_API_KEY"
-_ENV_TIMEOUT = "POPAGENT_MODEL_TIMEOUT"
-_ENV_MAX_RETRIES = "POPAGENT_MODEL_MAX_RETRIES"
 
 
 @dataclass(frozen=True, slots=True, repr=False)

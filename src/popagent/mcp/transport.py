@@ -24,6 +24,8 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from ..access import ASGIApp, BearerTokenMiddleware, require_token_for
+from ..defaults import DEFAULT_HOST
+from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
 from .lines import LineScreen, claimed_stdin
 from .server import MemoryServer
 
@@ -38,8 +40,6 @@ __all__ = [
     "serve_stdio",
 ]
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8766
 MCP_PATH = "/mcp"
 
 

@@ -20,7 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..embed.chunking import chunk_text
-from ..embed.protocol import Embedder, EmbeddingError, Vectors
+from ..embed.protocol import Embedder
+from ..errors import EmbeddingError
+from ..models import Vectors
 from ..store import vectors as vector_store
 from ..store.database import Pool
 from ..store.vectors import VectorRow

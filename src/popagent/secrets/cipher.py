@@ -31,7 +31,9 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import PopagentError
+from ..defaults import SECRET_KEY_ENV as KEY_ENV
+from ..defaults import SECRET_KEY_FILE_ENV as KEY_FILE_ENV
+from ..errors import SecretDecryptError, SecretKeyError
 
 __all__ = [
     "KEY_ENV",
@@ -46,8 +48,6 @@ __all__ = [
     "load_cipher",
 ]
 
-KEY_ENV = "POPAGENT_SECRET_KEY"
-KEY_FILE_ENV = "POPAGENT_SECRET_KEY_FILE"
 KEY_SIZE = 32
 NONCE_SIZE = 12
 
@@ -57,15 +57,6 @@ _GENERATE_HINT = (
     'generate one with: python -c "from popagent.secrets import generate_key; '
     'print(generate_key())"'
 )
-
-
-class SecretKeyError(PopagentError):
-    """The secret key is missing, malformed, or kept in an unsafe key file."""
-
-
-class SecretDecryptError(PopagentError):
-    """A stored secret could not be decrypted: the wrong key, or a ciphertext that
-    does not belong to its row (copied or altered)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..checks import check_id, check_text, check_time
-from ..errors import NotFoundError, ValidationError
+from ..errors import NotFoundError, SecretDecryptError, ValidationError
 from ..store import secrets as sql
 from ..store.database import Pool
-from .cipher import Sealed, SecretCipher, SecretDecryptError
+from .cipher import Sealed, SecretCipher
 
 __all__ = [
     "MAX_TTL",

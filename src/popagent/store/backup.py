@@ -43,7 +43,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from ..errors import DatabaseError, PopagentError
+from ..errors import BackupError, DatabaseError
 
 __all__ = [
     "ArchiveInfo",
@@ -93,10 +93,6 @@ _SERVER_VERSION_RE = re.compile(r"^;\s+Dumped from database version:\s*(.+)$")
 # A lock another client holds fails the restore after this long instead of hanging it.
 RESTORE_LOCK_TIMEOUT = "30s"
 DUMP_LOCK_TIMEOUT = "30s"
-
-
-class BackupError(PopagentError):
-    """A backup or restore was refused or failed; the message says why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)

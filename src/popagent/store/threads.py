@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from ..models import Message, Session, TurnStatus
@@ -211,8 +212,14 @@ WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND id = %(i
 """
 
 
-def row_to_session(row: dict[str, Any]) -> Session:
-    return Session(**row)
+# A session row's columns are ``Session``'s fields, one to one.
+_SESSION_ROW = class_row(Session)
+
+
+async def _session(conn: Conn, query: str, params: dict[str, Any]) -> Session | None:
+    async with conn.cursor(row_factory=_SESSION_ROW) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
 
 
 def row_to_message(row: dict[str, Any], turn_status: TurnStatus | None = None) -> Message:
@@ -237,7 +244,8 @@ async def create_session(
     """Create a session; ``None`` if the ID is taken in this resource."""
     try:
         async with conn.transaction():
-            cur = await conn.execute(
+            created = await _session(
+                conn,
                 INSERT_SESSION,
                 {
                     "resource_id": resource_id,
@@ -246,41 +254,40 @@ async def create_session(
                     "metadata": Jsonb(metadata),
                 },
             )
-            row = await cur.fetchone()
     except psycopg.errors.UniqueViolation:
         return None
-    assert row is not None
-    return row_to_session(row)
+    assert created is not None
+    return created
 
 
 async def ensure_session(conn: Conn, resource_id: str, session_id: str) -> Session:
-    cur = await conn.execute(ENSURE_SESSION, {"resource_id": resource_id, "session_id": session_id})
-    row = await cur.fetchone()
-    assert row is not None
-    return row_to_session(row)
+    ensured = await _session(
+        conn, ENSURE_SESSION, {"resource_id": resource_id, "session_id": session_id}
+    )
+    assert ensured is not None
+    return ensured
 
 
 async def get_session(conn: Conn, resource_id: str, session_id: str) -> Session | None:
-    cur = await conn.execute(SELECT_SESSION, {"resource_id": resource_id, "session_id": session_id})
-    row = await cur.fetchone()
-    return row_to_session(row) if row else None
+    return await _session(
+        conn, SELECT_SESSION, {"resource_id": resource_id, "session_id": session_id}
+    )
 
 
 async def list_sessions(conn: Conn, resource_id: str, limit: int, offset: int) -> list[Session]:
-    cur = await conn.execute(
-        LIST_SESSIONS, {"resource_id": resource_id, "limit": limit, "offset": offset}
-    )
-    return [row_to_session(r) for r in await cur.fetchall()]
+    async with conn.cursor(row_factory=_SESSION_ROW) as cur:
+        await cur.execute(
+            LIST_SESSIONS, {"resource_id": resource_id, "limit": limit, "offset": offset}
+        )
+        return await cur.fetchall()
 
 
 async def rename_session(
     conn: Conn, resource_id: str, session_id: str, title: str | None
 ) -> Session | None:
-    cur = await conn.execute(
-        RENAME_SESSION, {"resource_id": resource_id, "session_id": session_id, "title": title}
+    return await _session(
+        conn, RENAME_SESSION, {"resource_id": resource_id, "session_id": session_id, "title": title}
     )
-    row = await cur.fetchone()
-    return row_to_session(row) if row else None
 
 
 async def delete_session(conn: Conn, resource_id: str, session_id: str) -> bool:

@@ -27,8 +27,7 @@ import numpy as np
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from ..embed.protocol import Vectors
-from ..models import Candidate
+from ..models import Candidate, Vectors
 from .database import Conn
 from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 from .recall import term_frequencies

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RESOURCE
+
 __all__ = [
     "BODY_TIMEOUT_S",
     "DEFAULT_HOST",
@@ -18,9 +20,6 @@ __all__ = [
     "ServerConfig",
 ]
 
-DEFAULT_RESOURCE = "popagent-user"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8787
 #: The largest request body accepted. A fact is at most 2,000 characters (8 kB
 #: of UTF-8 at worst) and a chat message 32,000; this leaves room for JSON escapes.
 MAX_BODY_BYTES = 256 * 1024

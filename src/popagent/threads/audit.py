@@ -1,0 +1,33 @@
+"""The audit trail's storage, for the agent layer's ``AuditHook`` and ``AuditLog``.
+
+``popagent_audit`` rows record a session's model and tool calls (content-free;
+see ``popagent.agent.audit``). This is the one seam between them and the SQL of
+``popagent.store.audit``: the agent never imports the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..models import AuditRecord
+from ..store import audit as sql
+from ..store.database import Pool
+
+__all__ = ["list_audit", "write_audit_rows"]
+
+
+async def write_audit_rows(pool: Pool, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows`` in one transaction whose commit does not wait for the WAL flush
+    (an audit row may be lost in a server crash; never a message or a memory)."""
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(sql.ASYNC_COMMIT)
+        await sql.insert_audit_rows(conn, rows)
+
+
+async def list_audit(
+    pool: Pool, resource_id: str, *, session_id: str | None, limit: int
+) -> list[AuditRecord]:
+    """The newest ``limit`` rows of this resource (or of one of its sessions), newest first."""
+    async with pool.connection() as conn:
+        return await sql.list_audit(conn, resource_id, session_id=session_id, limit=limit)
