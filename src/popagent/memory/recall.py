@@ -17,16 +17,14 @@ from typing import Literal
 from ..checks import check_time
 from ..embed.protocol import EmbeddingError, Vectors
 from ..errors import ValidationError
-from ..models import (
-    CorpusStats,
-    RecallResult,
-)
+from ..models import CorpusStats, RecallResult, ScoreComponent
 from ..store import memories as store
+from ..store import ranked as ranked_sql
 from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from .base import MemoryBase
-from .ranking import idf, rank
-from .temporal import query_window
+from .ranking import RankingWeights, idf, rank
+from .temporal import TimeWindow, query_window
 from .validation import (
     check_id,
     check_limit,
@@ -92,18 +90,19 @@ class Recalling(MemoryBase):
         mode = self._check_mode(mode)
         window = query_window(query, now) if self.weights.time > 0 else None
         pool = recall_pool(limit)
+        if mode == "lexical":
+            return await self._lexical(resource_id, query, limit, now, window, touch)
         async with self._pool.connection() as conn:
             # No transaction: each statement reads a consistent snapshot, and a
             # write landing between them can only shift a score, never leak or
             # lose a row of another resource.
-            embedding = (
-                asyncio.create_task(self._query_vector(query)) if mode != "lexical" else None
-            )
+            embedding = asyncio.create_task(self._query_vector(query))
             try:
                 stats = await recall_sql.corpus_stats(conn, resource_id, query)
             finally:
-                query_vector = await embedding if embedding is not None else None
+                query_vector = await embedding
             if query_vector is None or self._embedder is None:
+                # The model failed: the lexical ranking over the statistics read.
                 candidates = await recall_sql.candidates(
                     conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
                 )
@@ -156,6 +155,42 @@ class Recalling(MemoryBase):
             for r in results
         ]
 
+    async def _lexical(
+        self,
+        resource_id: str,
+        query: str,
+        limit: int,
+        now: datetime,
+        window: TimeWindow | None,
+        touch: bool,
+    ) -> list[RecallResult]:
+        """Lexical recall in one statement (``store.ranked``): the same ranking as
+        ``rank`` over ``store.recall``'s candidates, scored by PostgreSQL."""
+        w = self.weights
+        parameters = ranked_sql.RecallParameters(
+            limit=limit,
+            pool=recall_pool(limit),
+            now=now,
+            k1=w.bm25_k1,
+            b=w.bm25_b,
+            half_life_days=w.recency_half_life_days,
+            min_trigram=w.min_trigram,
+            w_text=w.text,
+            w_trigram=w.trigram,
+            w_importance=w.importance,
+            w_recency=w.recency,
+            w_fact=w.fact,
+            w_time=w.time if window is not None else 0.0,
+            window_start=window.start if window is not None else None,
+            window_end=window.end if window is not None else None,
+            window_scale=max(window.days, 1.0) if window is not None else None,
+        )
+        async with self._pool.connection() as conn:
+            rows = await ranked_sql.lexical_recall(
+                conn, resource_id, query, parameters, touch=touch
+            )
+        return [_explained(row, w) for row in rows]
+
     def _check_mode(self, mode: object) -> RecallMode:
         if mode is None:
             return "fused" if self._embedder is not None else "lexical"
@@ -174,3 +209,17 @@ class Recalling(MemoryBase):
         except EmbeddingError as exc:
             log.warning("recall without vectors: %s", exc)
             return None
+
+
+def _explained(row: ranked_sql.RankedRow, w: RankingWeights) -> RecallResult:
+    """A ranked row as ``rank`` would have explained it: the same components, in order."""
+    components: tuple[ScoreComponent, ...] = (
+        ScoreComponent("text", row.text, w.text),
+        ScoreComponent("trigram", row.trigram, w.trigram),
+        ScoreComponent("importance", row.memory.importance, w.importance),
+        ScoreComponent("recency", row.recency, w.recency),
+        ScoreComponent("fact", row.fact, w.fact),
+    )
+    if row.time is not None:
+        components += (ScoreComponent("time", row.time, w.time),)
+    return RecallResult(memory=row.memory, score=row.score, components=components)

@@ -1,6 +1,9 @@
 """SQL that proposes recall candidates; the scoring itself is pure (``memory.ranking``).
 
-Two round trips per recall, each independent of the resource's size:
+Semantic recall and the lexical fallback (the model failed) use these; a
+lexical recall runs the same steps and the scoring as one statement
+(``store.ranked``), which is tested against them. Two round trips per
+recall, each independent of the resource's size:
 
 1. ``corpus_stats``: the query's lexemes as PostgreSQL stems them, each
    lexeme's document frequency in the resource, the resource's size and

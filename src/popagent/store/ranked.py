@@ -1,0 +1,324 @@
+r"""Lexical recall in one statement: candidates, scores, order and access bookkeeping.
+
+``LEXICAL_RECALL`` is what ``store.recall``'s two statements and
+``memory.ranking.rank`` do for a lexical recall, done by PostgreSQL in one round
+trip, so that a recall costs the server process one execute and the decoding of
+the ``limit`` rows it returns instead of two executes, ``pool`` decoded
+candidates and the ranking loop. The same signals, weights, evidence rule and
+tie-breaks as ``rank`` (its module docstring is the definition); the Python
+ranking stays the one used for semantic recall and the reference this
+statement is tested against (``tests/test_ranked_recall.py``: same memories in
+the same order, scores equal to 1e-12 on thousands of recalls).
+
+Steps, each a CTE:
+
+``q``, ``corpus``, ``known``, ``near``
+    The query's lexemes, the resource's size and average length, each lexeme's
+    document frequency, and for an unknown lexeme its neighbours (exactly
+    ``CORPUS_STATS``; similarities go through text as they do there, so both
+    paths see the same float).
+``idfs``, ``terms``
+    BM25's IDF of every lexeme involved; per query lexeme its text IDF and its
+    trigram weight (an unknown one weighs as its likeliest neighbour).
+``chosen``, ``hits``
+    ``choose_lexemes`` (rarest first within ``CANDIDATE_BUDGET``) and the
+    candidate pool pre-ordered by the IDF it covers (``LEXICAL_CANDIDATES``).
+``scored``
+    The five (or six, with a period) signals of each candidate, its score, and
+    the evidence rule; then the best ``limit`` by score, then facts, then the
+    more recently updated, then the higher id.
+
+``LEXICAL_RECALL_TOUCH`` also records the access of the returned memories
+(``TOUCH_ACCESSED``'s rules: ``SKIP LOCKED``, asynchronous commit), returning
+their new access time and count; it must run outside a transaction, as its own.
+Every table is read by ``resource_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import AsyncRawCursor
+from psycopg.rows import tuple_row
+
+from ..models import Memory
+from .database import Conn
+from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
+from .recall import CANDIDATE_BUDGET, NEIGHBOUR_THRESHOLD, NEIGHBOURS_PER_LEXEME
+
+__all__ = [
+    "LEXICAL_RECALL",
+    "LEXICAL_RECALL_TOUCH",
+    "PARAMETERS",
+    "RankedRow",
+    "RecallParameters",
+    "lexical_recall",
+    "positional",
+]
+
+# BM25's IDF, never negative (``memory.ranking.idf``), of a document frequency column.
+_IDF = "ln(1.0 + ((greatest(c.documents, {df}) - {df})::float8 + 0.5) / ({df}::float8 + 0.5))"
+
+_SELECTED = ", ".join("s." + c.strip() for c in MEMORY_COLUMNS.split(","))
+
+_RANKED = rf"""
+WITH q AS MATERIALIZED (
+    SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('english'::regconfig, %(query)s)) AS t
+), corpus AS MATERIALIZED (
+    SELECT coalesce(r.documents, 0)::bigint AS documents,
+           CASE WHEN coalesce(r.documents, 0) > 0 AND r.total_length > 0
+                THEN r.total_length::float8 / r.documents ELSE 1.0 END AS average_length
+    FROM (SELECT 1) AS one
+    LEFT JOIN popagent_resource_stats r ON r.resource_id = %(resource_id)s
+), known AS MATERIALIZED (
+    SELECT q.lexeme, coalesce(s.documents, 0)::bigint AS df
+    FROM q
+    LEFT JOIN popagent_lexeme_stats s ON s.resource_id = %(resource_id)s AND s.lexeme = q.lexeme
+), near AS MATERIALIZED (
+    -- Only for a lexeme the resource never held (see CORPUS_STATS for why).
+    SELECT k.lexeme AS of, n.lexeme, n.similarity::text::float8 AS similarity,
+           n.documents::bigint AS documents, n.position
+    FROM known k
+    CROSS JOIN LATERAL (
+        SELECT v.lexeme, similarity(v.lexeme, k.lexeme) AS similarity, v.documents,
+               row_number() OVER (ORDER BY similarity(v.lexeme, k.lexeme) DESC, v.lexeme)
+                   AS position
+        FROM popagent_lexeme_stats v
+        WHERE k.df = 0
+          AND v.resource_id = %(resource_id)s AND v.lexeme %% k.lexeme
+          AND similarity(v.lexeme, k.lexeme) >= {NEIGHBOUR_THRESHOLD}
+          AND v.lexeme <> k.lexeme AND v.documents > 0
+        ORDER BY similarity DESC, v.lexeme
+        LIMIT {NEIGHBOURS_PER_LEXEME}
+    ) AS n
+), idfs AS MATERIALIZED (
+    -- A neighbour's document count comes from the same table as a query
+    -- lexeme's, so a lexeme that is both has one (lexeme, df) pair.
+    SELECT l.lexeme, l.df, {_IDF.format(df="l.df")} AS idf
+    FROM (SELECT lexeme, df FROM known UNION SELECT lexeme, documents FROM near) AS l,
+         corpus c
+), terms AS MATERIALIZED (
+    SELECT k.lexeme, i.idf AS text_idf, coalesce(best.idf, i.idf) AS trigram_weight
+    FROM known k
+    JOIN idfs i ON i.lexeme = k.lexeme
+    LEFT JOIN near b ON b.of = k.lexeme AND b.position = 1
+    LEFT JOIN idfs best ON best.lexeme = b.lexeme
+), totals AS MATERIALIZED (
+    SELECT count(*) AS lexemes, coalesce(sum(text_idf), 0) AS text_total,
+           coalesce(sum(trigram_weight), 0) AS trigram_total,
+           ARRAY(SELECT lexeme FROM idfs) AS involved
+    FROM terms
+), chosen AS MATERIALIZED (
+    SELECT p.lexeme, p.idf,
+           ('''' || replace(replace(p.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery AS q
+    FROM (
+        SELECT i.lexeme, i.idf,
+               sum(i.df) OVER w AS running, row_number() OVER w AS position
+        FROM idfs i
+        WHERE i.df > 0
+        WINDOW w AS (ORDER BY i.df, i.lexeme COLLATE "C" ROWS UNBOUNDED PRECEDING)
+    ) AS p
+    WHERE p.running <= {CANDIDATE_BUDGET} OR p.position = 1
+), hits AS (
+    SELECT m.id, (SELECT sum(c.idf) FROM chosen c WHERE m.search_vector @@ c.q) AS covered
+    FROM popagent_memories m
+    -- The keys name the resource: see LEXICAL_CANDIDATES.
+    WHERE popagent_scoped_lexemes(m.resource_id, m.search_vector)
+          && popagent_scoped_lexemes(%(resource_id)s,
+                                     array_to_tsvector(ARRAY(SELECT lexeme FROM chosen)))
+    ORDER BY covered DESC, m.id DESC
+    LIMIT %(pool)s
+), signals AS (
+    SELECT m.*, length(m.search_vector) AS length, h.held, h.counts
+    FROM hits
+    JOIN popagent_memories m ON m.resource_id = %(resource_id)s AND m.id = hits.id
+    CROSS JOIN LATERAL (
+        SELECT array_agg(u.lexeme) AS held,
+               array_agg(coalesce(cardinality(u.positions), 1)) AS counts
+        FROM unnest(m.search_vector) AS u, totals t
+        WHERE u.lexeme = ANY(t.involved)
+    ) AS h
+    WHERE m.expires_at IS NULL OR m.expires_at > now()  -- an expired fact is never recalled
+), scored AS (
+    SELECT s.*, tx.value AS text_signal, tg.value AS trigram_signal, rc.value AS recency_signal,
+           CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END AS fact_signal,
+           tm.value AS time_signal
+    FROM signals s
+    CROSS JOIN totals t
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN count(*) = 0 THEN 0.0
+            WHEN t.text_total <= 1e-9 THEN count(*)::float8 / t.lexemes
+            ELSE least(1.0, sum(terms.text_idf * f.tf * %(k1_plus_1)s / (f.tf + %(k1)s
+                           * (1.0 - %(b)s + %(b)s * s.length / c.average_length)))
+                       / t.text_total)
+        END AS value
+        FROM unnest(s.held, s.counts) AS f(lexeme, tf)
+        JOIN terms ON terms.lexeme = f.lexeme
+        CROSS JOIN corpus c
+    ) AS tx
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN count(*) = 0 THEN 0.0 ELSE least(1.0, sum(
+            CASE WHEN t.trigram_total <= 1e-9 THEN 1.0 ELSE terms.trigram_weight END
+            * CASE WHEN terms.lexeme = ANY(s.held) THEN 1.0
+                   ELSE coalesce((SELECT max(n.similarity) FROM near n
+                                  WHERE n.of = terms.lexeme AND n.lexeme = ANY(s.held)), 0.0)
+              END)
+            / CASE WHEN t.trigram_total <= 1e-9 THEN t.lexemes::float8 ELSE t.trigram_total END)
+        END AS value
+        FROM terms
+    ) AS tg
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN s.updated_at >= %(now)s THEN 1.0
+                    ELSE power(0.5::float8, extract(epoch FROM %(now)s - s.updated_at)::float8
+                                            / 86400.0 / %(half_life_days)s)
+               END AS value
+    ) AS rc
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN %(window_start)s::timestamptz IS NULL THEN NULL
+            WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s THEN 1.0
+            WHEN s.created_at < %(window_start)s
+                THEN power(0.5::float8, extract(epoch FROM %(window_start)s - s.created_at)::float8
+                                        / 86400.0 / %(window_scale)s)
+            ELSE power(0.5::float8, extract(epoch FROM s.created_at - %(window_end)s)::float8
+                                    / 86400.0 / %(window_scale)s)
+        END AS value
+    ) AS tm
+), ranked AS MATERIALIZED (
+    SELECT s.*,
+           s.text_signal * %(w_text)s + s.trigram_signal * %(w_trigram)s
+           + s.importance * %(w_importance)s + s.recency_signal * %(w_recency)s
+           + s.fact_signal * %(w_fact)s + coalesce(s.time_signal * %(w_time)s, 0.0) AS score
+    FROM scored s
+    WHERE s.text_signal > 0.0 OR s.trigram_signal > %(min_trigram)s
+    ORDER BY score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
+    LIMIT %(limit)s
+)"""
+
+_RANKED_COLUMNS = (
+    "s.length, s.score, s.text_signal, s.trigram_signal, s.recency_signal, s.fact_signal, "
+    "s.time_signal"
+)
+
+#: Lexical recall without access bookkeeping (a preview).
+LEXICAL_RECALL = f"""{_RANKED}
+SELECT {_SELECTED}, {_RANKED_COLUMNS}
+FROM ranked s
+ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
+"""
+
+#: Lexical recall that records the access of what it returns (see the module docstring).
+LEXICAL_RECALL_TOUCH = f"""{_RANKED}, touched AS (
+    UPDATE popagent_memories m
+    SET accessed_at = now(), access_count = m.access_count + 1
+    FROM (
+        SELECT id FROM popagent_memories
+        WHERE resource_id = %(resource_id)s AND id IN (SELECT id FROM ranked)
+        ORDER BY id
+        FOR UPDATE SKIP LOCKED
+    ) AS t,
+    (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+    WHERE m.resource_id = %(resource_id)s AND m.id = t.id
+    RETURNING m.id, m.accessed_at, m.access_count
+)
+SELECT {
+    _SELECTED.replace("s.accessed_at", "coalesce(u.accessed_at, s.accessed_at)").replace(
+        "s.access_count", "coalesce(u.access_count, s.access_count)"
+    )
+}, {_RANKED_COLUMNS}
+FROM ranked s
+LEFT JOIN touched u ON u.id = s.id
+ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RecallParameters:
+    """The knobs of one lexical recall: ``memory.ranking.RankingWeights`` and the period.
+
+    ``window_*`` are all ``None`` when the query names no period (or the time
+    weight is 0); ``window_scale`` is the period's length in days, at least 1.
+    """
+
+    limit: int
+    pool: int
+    now: datetime
+    k1: float
+    b: float
+    half_life_days: float
+    min_trigram: float
+    w_text: float
+    w_trigram: float
+    w_importance: float
+    w_recency: float
+    w_fact: float
+    w_time: float
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    window_scale: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankedRow:
+    """One returned memory with its signals; ``time`` is ``None`` without a period."""
+
+    memory: Memory
+    length: int
+    score: float
+    text: float
+    trigram: float
+    recency: float
+    fact: float
+    time: float | None
+
+
+#: The parameters of both statements, in the order of their ``$n`` placeholders.
+PARAMETERS = (
+    "resource_id", "query", "limit", "pool", "now", "k1", "k1_plus_1", "b", "half_life_days",
+    "min_trigram", "w_text", "w_trigram", "w_importance", "w_recency", "w_fact", "w_time",
+    "window_start", "window_end", "window_scale",
+)  # fmt: skip
+
+
+def positional(query: str, names: Sequence[str] = PARAMETERS) -> str:
+    """``query`` with each ``%(name)s`` as ``$n`` (``names``' order) and ``%%`` as ``%``.
+
+    The statements are run by a raw cursor: psycopg re-parses the placeholders
+    of a statement over 4 kB on every execute (its cache skips long ones),
+    which was a third of a recall's Python time.
+    """
+    for n, name in enumerate(names, start=1):
+        query = query.replace(f"%({name})s", f"${n}")
+    if "%(" in query:
+        raise ValueError("a placeholder without a parameter name")
+    return query.replace("%%", "%")
+
+
+_LEXICAL_RECALL = positional(LEXICAL_RECALL)
+_LEXICAL_RECALL_TOUCH = positional(LEXICAL_RECALL_TOUCH)
+
+
+async def lexical_recall(
+    conn: Conn, resource_id: str, query: str, parameters: RecallParameters, *, touch: bool
+) -> list[RankedRow]:
+    """The ranked rows of a lexical recall, best first (see the module docstring)."""
+    p = parameters
+    params = (
+        resource_id, query, p.limit, p.pool, p.now, p.k1, p.k1 + 1.0, p.b, p.half_life_days,
+        p.min_trigram, p.w_text, p.w_trigram, p.w_importance, p.w_recency, p.w_fact, p.w_time,
+        p.window_start, p.window_end, p.window_scale,
+    )  # fmt: skip
+    # Tuple rows, decoded positionally: this is the whole of recall's decoding.
+    async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
+        await cur.execute(_LEXICAL_RECALL_TOUCH if touch else _LEXICAL_RECALL, params)
+        rows = await cur.fetchall()
+    w = MEMORY_WIDTH
+    return [
+        RankedRow(
+            tuple_to_memory(r), r[w], r[w + 1], r[w + 2], r[w + 3], r[w + 4], r[w + 5], r[w + 6]
+        )
+        for r in rows
+    ]

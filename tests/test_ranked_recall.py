@@ -1,0 +1,202 @@
+"""Lexical recall in one statement (``store.ranked``) ranks as ``memory.ranking.rank`` does.
+
+The Python ranking over ``store.recall``'s candidates is the reference: for
+every query, limit and set of weights here, the statement must return the same
+memories in the same order with the same explanations (values to 1e-12: the
+two sum the same terms in different orders). The corpus mixes facts and
+episodes, importance, ages over a year, repeated texts (ties), an expired fact
+and a second resource holding the same texts; the queries mix known words,
+misspellings, partial words, stop words, unknown words and named periods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from popagent import EpisodeTurn, LongTermMemory
+from popagent.memory.ranking import RankingWeights, rank
+from popagent.memory.recall import candidate_idfs, recall_pool
+from popagent.memory.temporal import query_window
+from popagent.models import RecallResult
+from popagent.store import ranked
+from popagent.store import recall as recall_sql
+
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+WORDS = [
+    *("sourdough", "bread", "garden", "tomato", "hiking", "trail", "mountain", "restaurant"),
+    *("sushi", "birthday", "party", "guitar", "lesson", "piano", "concert", "museum"),
+    *("painting", "sister", "brother", "dentist", "appointment", "marathon", "training"),
+    *("budget", "vacation", "beach", "camping", "tent", "coffee", "espresso", "deadline"),
+    *("project", "kitten", "puppy", "veterinarian", "allergy", "peanut", "recipe", "lasagna"),
+]
+
+QUERIES = (
+    "sourdough bread",
+    "what did I say about the restaurant",
+    "restaurnt sushi",  # a misspelling
+    "birth",  # a partial word
+    "guitar piano concert lesson",
+    "the and of a",  # stop words only
+    "zyxwv qqqq",  # words no memory holds
+    "hiking trail last week",  # a named period
+    "dentist appointment in March",
+    "marathon training budget vacation beach camping tent coffee",
+    "kitten veterinarian allergy",
+    "espreso deadlne",
+    "lasagna recipe yesterday",
+    "mountain",
+)
+
+
+async def fill(memory: LongTermMemory, resource: str, rng: random.Random) -> None:
+    turns = []
+    for i in range(260):
+        words = rng.sample(WORDS, rng.randint(2, 6))
+        # Every fifth turn repeats an earlier text (same content, other time): ties.
+        user = " ".join(words) if i % 5 else f"I talked about {WORDS[i % 7]} and {WORDS[i % 11]}"
+        turns.append(
+            EpisodeTurn(
+                f"s{i % 9}",
+                user,
+                f"noted {rng.choice(WORDS)} {i}",
+                NOW - timedelta(days=rng.uniform(0, 400), seconds=i),
+            )
+        )
+    await memory.retain_episodes(resource, turns)
+    for i in range(40):
+        text = " ".join(rng.sample(WORDS, rng.randint(1, 4)))
+        await memory.remember(resource, f"fact {i}: {text}", importance=rng.choice([0, 0.3, 1]))
+    # Spread the facts' update times too, and expire one (past expiry, not yet maintained).
+    async with memory.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE popagent_memories SET updated_at = %s - (id %% 97) * interval '3 days' "
+            "WHERE resource_id = %s AND kind = 'fact'",
+            (NOW, resource),
+        )
+        await conn.execute(
+            "UPDATE popagent_memories SET expires_at = now() - interval '1 day' "
+            "WHERE id = (SELECT min(id) FROM popagent_memories "
+            "            WHERE resource_id = %s AND kind = 'fact')",
+            (resource,),
+        )
+
+
+async def reference(
+    memory: LongTermMemory, resource: str, query: str, limit: int
+) -> list[RecallResult]:
+    """``rank`` over the two-statement candidates: the ranking as the spec defines it."""
+    weights = memory.weights
+    window = query_window(query, NOW) if weights.time > 0 else None
+    async with memory.pool.connection() as conn:
+        stats = await recall_sql.corpus_stats(conn, resource, query)
+        candidates = await recall_sql.candidates(
+            conn, resource, stats, idfs=candidate_idfs(stats), pool=recall_pool(limit)
+        )
+    return rank(candidates, stats, now=NOW, limit=limit, weights=weights, window=window)
+
+
+def assert_same(expected: list[RecallResult], got: list[RecallResult], query: str) -> None:
+    assert [r.memory.id for r in got] == [r.memory.id for r in expected], query
+    for want, have in zip(expected, got, strict=True):
+        assert have.memory == want.memory
+        assert have.score == pytest.approx(want.score, abs=1e-12)
+        assert [(c.name, c.weight) for c in have.components] == [
+            (c.name, c.weight) for c in want.components
+        ]
+        for a, b in zip(want.components, have.components, strict=True):
+            assert b.value == pytest.approx(a.value, abs=1e-12), (query, a.name)
+
+
+@pytest.fixture
+async def corpus(memory: LongTermMemory, resource: str, other_resource: str) -> str:
+    await fill(memory, resource, random.Random(7))
+    await fill(memory, other_resource, random.Random(7))  # the same texts elsewhere
+    return resource
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        RankingWeights(),
+        # Other knobs: a short half-life, a trigram threshold, a strong period weight.
+        RankingWeights(recency_half_life_days=7, min_trigram=0.4, time=0.5, bm25_k1=2.0),
+        RankingWeights(text=0.2, trigram=0.6, importance=0.0, fact=0.3, time=0.0),
+    ],
+)
+async def test_statement_ranks_as_the_python_ranking(
+    memory: LongTermMemory, corpus: str, weights: RankingWeights
+) -> None:
+    tuned = LongTermMemory(memory.pool, weights=weights)
+    compared = 0
+    for query in QUERIES:
+        for limit in (1, 8, 40):
+            expected = await reference(tuned, corpus, query, limit)
+            got = await tuned.recall(corpus, query, limit=limit, now=NOW, touch=False)
+            assert_same(expected, got, query)
+            compared += len(got)
+    assert compared > 300  # the queries do find things: the comparison is not vacuous
+
+
+async def test_the_expired_fact_and_the_other_resource_never_come_back(
+    memory: LongTermMemory, corpus: str, other_resource: str
+) -> None:
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id FROM popagent_memories WHERE resource_id = %s AND expires_at < now()",
+            (corpus,),
+        )
+        expired = {r["id"] for r in await cur.fetchall()}
+    assert len(expired) == 1
+    seen: set[int] = set()
+    for query in (*QUERIES, "fact 0", "fact"):
+        for r in await memory.recall(corpus, query, limit=100, now=NOW, touch=False):
+            assert r.memory.resource_id == corpus
+            seen.add(r.memory.id)
+    assert seen and not (seen & expired)
+
+
+async def test_touch_counts_what_it_returns_and_skips_locked_rows(
+    memory: LongTermMemory, corpus: str, other_resource: str, database_url: str
+) -> None:
+    first = await memory.recall(corpus, "sourdough bread", now=NOW, touch=False)
+    assert len(first) == 8 and all(r.memory.access_count == 0 for r in first)
+    touched = await memory.recall(corpus, "sourdough bread", now=NOW)
+    assert [r.memory.id for r in touched] == [r.memory.id for r in first]
+    assert all(r.memory.access_count == 1 and r.memory.accessed_at for r in touched)
+    # Hold the best one locked in another transaction: recall neither waits nor counts it.
+    locked = first[0].memory.id
+    other = await psycopg.AsyncConnection.connect(database_url)
+    async with other, other.transaction():
+        await other.execute(
+            "SELECT 1 FROM popagent_memories WHERE resource_id = %s AND id = %s FOR UPDATE",
+            (corpus, locked),
+        )
+        again = await asyncio.wait_for(
+            memory.recall(corpus, "sourdough bread", now=NOW), timeout=10
+        )
+    counts = {r.memory.id: r.memory.access_count for r in again}
+    assert counts.pop(locked) == 1
+    assert set(counts.values()) == {2}
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT resource_id, sum(access_count) AS n FROM popagent_memories "
+            "WHERE resource_id = ANY(%s) GROUP BY resource_id",
+            ([corpus, other_resource],),
+        )
+        totals = {r["resource_id"]: r["n"] for r in await cur.fetchall()}
+    assert totals == {corpus: 1 + 7 * 2, other_resource: 0}
+
+
+def test_positional_numbers_each_named_placeholder() -> None:
+    assert ranked.positional("a %(x)s b %(y)s %(x)s %% c", ("x", "y")) == "a $1 b $2 $1 % c"
+    with pytest.raises(ValueError, match="placeholder"):
+        ranked.positional("a %(z)s", ("x",))
+    for statement in (ranked.LEXICAL_RECALL, ranked.LEXICAL_RECALL_TOUCH):
+        converted = ranked.positional(statement)
+        assert "%(" not in converted and f"${len(ranked.PARAMETERS)}" in converted
