@@ -25,7 +25,7 @@ from ..store.database import Pool
 from .settings import SETTINGS_BY_NAME, MemorySettings
 from .snapshot import ExecutionSnapshot, execution_snapshot
 
-__all__ = ["MemorySettingsStore", "StoredSettings"]
+__all__ = ["MemorySettingsStore", "StoredSettings", "settings_from_row", "settings_to_row"]
 
 _IDLE = ("observation_activate_after_idle", "reflection_activate_after_idle")
 
@@ -42,7 +42,9 @@ class StoredSettings:
     updated_at: datetime | None
 
 
-def _to_row(settings: MemorySettings) -> dict[str, Any]:
+def settings_to_row(settings: MemorySettings) -> dict[str, Any]:
+    """``settings`` as the column values of a ``popagent_memory_settings`` row
+    (``store.settings.write_settings``); ``settings_from_row`` reads them back."""
     values = settings.model_dump()
     for name in _IDLE:
         if isinstance(values[name], int):
@@ -51,7 +53,8 @@ def _to_row(settings: MemorySettings) -> dict[str, Any]:
     return values
 
 
-def _from_row(resource_id: str, row: dict[str, Any]) -> StoredSettings:
+def settings_from_row(resource_id: str, row: dict[str, Any]) -> StoredSettings:
+    """A ``popagent_memory_settings`` row of ``resource_id`` as ``StoredSettings``."""
     values = {name: row[name] for name in sql.COLUMNS}
     for name in _IDLE:
         if values[name] is not None and values[name] != "auto":
@@ -90,7 +93,7 @@ class MemorySettingsStore:
             row = await sql.select_settings(conn, resource_id)
         if row is None:
             return StoredSettings(resource_id, MemorySettings(), 0, None)
-        return _from_row(resource_id, row)
+        return settings_from_row(resource_id, row)
 
     async def get(self, resource_id: str) -> MemorySettings:
         """The resource's settings; every default when it has none stored."""
@@ -115,12 +118,12 @@ class MemorySettingsStore:
             await sql.insert_default_row(conn, resource_id)
             row = await sql.select_settings(conn, resource_id, for_update=True)
             assert row is not None, "the row was just ensured"
-            current = _from_row(resource_id, row).settings
+            current = settings_from_row(resource_id, row).settings
             # Raises before anything is written; the transaction then also
             # removes a default row inserted above.
             new = current.with_changes(**changes)
-            written = await sql.write_settings(conn, resource_id, _to_row(new))
-        return _from_row(resource_id, written)
+            written = await sql.write_settings(conn, resource_id, settings_to_row(new))
+        return settings_from_row(resource_id, written)
 
     async def reset(self, resource_id: str) -> MemorySettings:
         """Every setting back to its default; the version still grows. No row: nothing to do."""
@@ -129,7 +132,7 @@ class MemorySettingsStore:
         async with self._pool.connection() as conn, conn.transaction():
             row = await sql.select_settings(conn, resource_id, for_update=True)
             if row is not None:
-                await sql.write_settings(conn, resource_id, _to_row(defaults))
+                await sql.write_settings(conn, resource_id, settings_to_row(defaults))
         return defaults
 
     async def snapshot(self, resource_id: str) -> ExecutionSnapshot:

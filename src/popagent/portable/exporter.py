@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TextIO
 
 from ..checks import check_id
-from ..observe.settings_store import _from_row
+from ..observe.settings_store import settings_from_row
 from ..store import portable as sql
 from ..store import settings as settings_sql
 from ..store.database import Pool
@@ -48,7 +48,7 @@ async def export_resource(
         out.write(header(resource_id, now(), popagent_version()) + "\n")
         row = await settings_sql.select_settings(conn, resource_id)
         if row is not None:
-            stored = _from_row(resource_id, row)
+            stored = settings_from_row(resource_id, row)
             out.write(to_line("settings", {"settings": stored.settings.to_json()}) + "\n")
             counts["settings"] = 1
         for record_type in RECORD_TYPES[1:]:

@@ -27,7 +27,7 @@ import psycopg
 
 from ..checks import check_id
 from ..errors import ConflictError, ValidationError
-from ..observe.settings_store import _from_row, _to_row
+from ..observe.settings_store import settings_from_row, settings_to_row
 from ..store import portable as sql
 from ..store import settings as settings_sql
 from ..store.database import Conn, Pool
@@ -185,11 +185,11 @@ class _Writer:
             await settings_sql.insert_default_row(self.conn, self.target)
             row = await settings_sql.select_settings(self.conn, self.target, for_update=True)
             assert row is not None, "the row was just ensured"
-            current = _from_row(self.target, row)
+            current = settings_from_row(self.target, row)
             if current.version > 0 and current.settings == wanted:
                 self.tally.add("settings", "unchanged")
                 continue
-            await settings_sql.write_settings(self.conn, self.target, _to_row(wanted))
+            await settings_sql.write_settings(self.conn, self.target, settings_to_row(wanted))
             self.tally.add("settings", "added" if current.version == 0 else "updated")
 
     async def sessions(self) -> None:

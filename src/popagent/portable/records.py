@@ -34,14 +34,13 @@ from ..memory.validation import (
 )
 from ..models import ORIGINS, Provenance, Role, TurnStatus, VersionEnd
 from ..observe.settings import MemorySettings
-from ..threads.items import _check_item
-from ..threads.items import _screen as _screen_item
+from ..threads.items import check_item, screen_item
 from ..threads.service import (
     MESSAGE_CAP,
-    _check_json_object,
-    _check_parts,
-    _check_title,
-    _screen_part,
+    check_json_object,
+    check_parts,
+    check_title,
+    screen_part,
 )
 
 __all__ = [
@@ -228,7 +227,7 @@ def _fact_value(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings(obj: dict[str, Any]) -> dict[str, Any]:
-    values = _check_json_object("settings", _get(obj, "settings", False))
+    values = check_json_object("settings", _get(obj, "settings", False))
     if isinstance(values.get("forward_attachments"), list):
         values["forward_attachments"] = tuple(values["forward_attachments"])
     return {"settings": MemorySettings(**values)}
@@ -237,8 +236,8 @@ def _settings(obj: dict[str, Any]) -> dict[str, Any]:
 def _session_record(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "session_id": _session(obj),
-        "title": _check_title(obj.get("title")),
-        "metadata": _check_json_object("metadata", obj.get("metadata") or {}),
+        "title": check_title(obj.get("title")),
+        "metadata": check_json_object("metadata", obj.get("metadata") or {}),
         "created_at": _time(obj, "created_at"),
         "updated_at": _time(obj, "updated_at"),
     }
@@ -264,7 +263,7 @@ def _message(obj: dict[str, Any]) -> dict[str, Any]:
         raise ValidationError("parts", "must be a list of objects")
     content = _text(obj, "content", cap=MESSAGE_CAP) if obj.get("content") is not None else ""
     role = _choice(obj, "role", get_args(Role))
-    checked = _check_parts(parts)
+    checked = check_parts(parts)
     if role == "user" and not checked and is_blank(content):
         raise ValidationError("content", "must not be empty in a user message without parts")
     return {
@@ -273,7 +272,7 @@ def _message(obj: dict[str, Any]) -> dict[str, Any]:
         "turn_id": _int(obj, "turn_id", optional=True),
         "role": role,
         "content": redact_credentials(content)[0],
-        "parts": [_screen_part(p) for p in checked],
+        "parts": [screen_part(p) for p in checked],
         "item": _item(obj.get("item")),
         "created_at": _time(obj, "created_at"),
     }
@@ -285,10 +284,10 @@ def _item(value: object) -> dict[str, Any] | None:
     if value is None:
         return None
     try:
-        checked = _check_item(0, value)
+        checked = check_item(0, value)
     except ValidationError as exc:
         raise ValidationError("item", exc.message) from None
-    screened: dict[str, Any] = _screen_item(checked)
+    screened: dict[str, Any] = screen_item(checked)
     return screened
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import class_row
+
 from ..models import Message, ObservationGroup, ObservationLog
 from .database import Conn
 from .threads import row_to_message
@@ -180,8 +182,20 @@ def _log(row: dict[str, Any]) -> ObservationLog:
     return ObservationLog(**{**row, "covered_group_ids": tuple(row["covered_group_ids"])})
 
 
-def _group(row: dict[str, Any]) -> ObservationGroup:
-    return ObservationGroup(**row)
+# A group row's columns (``GROUP_COLUMNS``) are ``ObservationGroup``'s fields, one to one.
+_GROUP_ROW = class_row(ObservationGroup)
+
+
+async def _group(conn: Conn, query: str, params: dict[str, Any]) -> ObservationGroup | None:
+    async with conn.cursor(row_factory=_GROUP_ROW) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
+
+
+async def _groups(conn: Conn, query: str, params: dict[str, Any]) -> list[ObservationGroup]:
+    async with conn.cursor(row_factory=_GROUP_ROW) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
 
 
 async def head_log(conn: Conn, resource_id: str, session_id: str) -> ObservationLog | None:
@@ -281,7 +295,8 @@ async def insert_group(
     status: str = "active",
 ) -> ObservationGroup:
     """Insert a group into ``log``: ``active``, or ``buffered`` (a chunk awaiting activation)."""
-    cur = await conn.execute(
+    group = await _group(
+        conn,
         INSERT_GROUP,
         {
             "resource_id": log.resource_id,
@@ -296,35 +311,31 @@ async def insert_group(
             "message_tokens": message_tokens,
         },
     )
-    row = await cur.fetchone()
-    assert row is not None
-    return _group(row)
+    assert group is not None
+    return group
 
 
 async def groups_of_log(conn: Conn, log: ObservationLog) -> list[ObservationGroup]:
     """The active groups written into this generation, in order."""
-    cur = await conn.execute(GROUPS_OF_LOG, {"resource_id": log.resource_id, "log_id": log.id})
-    return [_group(r) for r in await cur.fetchall()]
+    return await _groups(conn, GROUPS_OF_LOG, {"resource_id": log.resource_id, "log_id": log.id})
 
 
 async def buffered_groups(
     conn: Conn, resource_id: str, session_id: str, *, after_id: int | None
 ) -> list[ObservationGroup]:
     """The session's buffered chunks starting after message ``after_id``, in message order."""
-    cur = await conn.execute(
+    return await _groups(
+        conn,
         BUFFERED_GROUPS,
         {"resource_id": resource_id, "session_id": session_id, "after_id": after_id},
     )
-    return [_group(r) for r in await cur.fetchall()]
 
 
 async def buffered_reflection(conn: Conn, log: ObservationLog) -> ObservationGroup | None:
     """The buffered reflection written for this generation, if any (the newest)."""
-    cur = await conn.execute(
-        BUFFERED_REFLECTION, {"resource_id": log.resource_id, "log_id": log.id}
+    return await _group(
+        conn, BUFFERED_REFLECTION, {"resource_id": log.resource_id, "log_id": log.id}
     )
-    row = await cur.fetchone()
-    return _group(row) if row else None
 
 
 async def activate_groups(conn: Conn, log: ObservationLog, group_ids: Sequence[int]) -> int:
@@ -368,11 +379,9 @@ async def get_group(
     conn: Conn, resource_id: str, group_id: int, *, session_id: str | None
 ) -> ObservationGroup | None:
     """A group of this resource (of any generation); only of ``session_id`` when given."""
-    cur = await conn.execute(
-        SELECT_GROUP, {"resource_id": resource_id, "id": group_id, "session_id": session_id}
+    return await _group(
+        conn, SELECT_GROUP, {"resource_id": resource_id, "id": group_id, "session_id": session_id}
     )
-    row = await cur.fetchone()
-    return _group(row) if row else None
 
 
 async def messages_in_range(

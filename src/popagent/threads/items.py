@@ -44,7 +44,7 @@ from ..errors import ValidationError
 from ..store import session_items as sql
 from ..store.database import Pool
 
-__all__ = ["ITEM_BATCH_CAP", "ITEM_CAP", "SessionItems", "item_view"]
+__all__ = ["ITEM_BATCH_CAP", "ITEM_CAP", "SessionItems", "check_item", "item_view", "screen_item"]
 
 #: The largest item, as JSON text (the same cap as a message's content).
 ITEM_CAP = 1_000_000
@@ -61,10 +61,13 @@ def _opaque(key: str, value: object) -> bool:
     return key in _OPAQUE_KEYS or (key in ("image_url", "url") and value.startswith("data:"))
 
 
-def _screen(value: Any) -> Any:
-    """``value`` with every credential redacted, opaque payloads untouched (module doc)."""
+def screen_item(value: Any) -> Any:
+    """``value`` with every credential redacted, opaque payloads untouched (module doc).
+
+    What ``SessionItems.append`` stores; the portable importer screens an
+    imported item the same way."""
     if isinstance(value, list):
-        return [_screen(v) for v in value]
+        return [screen_item(v) for v in value]
     if not isinstance(value, dict):
         return redact_json(value)
     out: dict[str, Any] = {}
@@ -74,7 +77,7 @@ def _screen(value: Any) -> Any:
         elif key == "arguments" and isinstance(v, str):
             out[key] = redact_json_text(v)
         elif isinstance(v, dict | list):
-            out[redact_credentials(key)[0]] = _screen(v)
+            out[redact_credentials(key)[0]] = screen_item(v)
         else:
             # One pair at a time, so a value under a field named for a credential
             # ("password": ...) is redacted whole, as redact_json does.
@@ -82,7 +85,10 @@ def _screen(value: Any) -> Any:
     return out
 
 
-def _check_item(i: int, item: object) -> dict[str, Any]:
+def check_item(i: int, item: object) -> dict[str, Any]:
+    """``item`` (the ``i``-th of a batch) if it can be stored as an item, else
+    ``ValidationError("items[i]", ...)``: a JSON object, JSON-serializable, no NUL
+    character or lone surrogate, at most ``ITEM_CAP`` characters as JSON."""
     field = f"items[{i}]"
     if not isinstance(item, dict):
         raise ValidationError(field, "must be a JSON object")
@@ -167,7 +173,7 @@ class SessionItems:
             raise ValidationError("items", f"must be at most {ITEM_BATCH_CAP} per call")
         rows: list[dict[str, Any]] = []
         for i, item in enumerate(items):
-            screened = _screen(_check_item(i, item))
+            screened = screen_item(check_item(i, item))
             role, content, parts = item_view(screened)
             rows.append({"role": role, "content": content, "parts": parts, "item": screened})
         if not rows:

@@ -26,7 +26,14 @@ from ..models import Message, Role, Session
 from ..store import threads as sql
 from ..store.database import Conn, Pool
 
-__all__ = ["PART_TYPES", "ThreadStore"]
+__all__ = [
+    "PART_TYPES",
+    "ThreadStore",
+    "check_json_object",
+    "check_parts",
+    "check_title",
+    "screen_part",
+]
 
 PART_TYPES = frozenset({"tool_call", "tool_result", "attachment"})
 TITLE_CAP = 200
@@ -34,7 +41,7 @@ MESSAGE_CAP = 1_000_000
 PAGE_CAP = 1_000
 
 
-def _check_title(title: object) -> str | None:
+def check_title(title: object) -> str | None:
     """Trimmed, at most 200 characters, credentials redacted; blank is no title."""
     if title is None:
         return None
@@ -46,7 +53,9 @@ def _check_title(title: object) -> str | None:
     return redact_credentials(text)[0]
 
 
-def _check_json_object(field: str, value: object) -> dict[str, Any]:
+def check_json_object(field: str, value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object that PostgreSQL's jsonb can hold (JSON-
+    serializable, no NUL character), else ``ValidationError(field, ...)``."""
     if not isinstance(value, dict):
         raise ValidationError(field, "must be a JSON object")
     try:
@@ -58,17 +67,18 @@ def _check_json_object(field: str, value: object) -> dict[str, Any]:
     return value
 
 
-def _check_parts(parts: Sequence[object]) -> list[dict[str, Any]]:
+def check_parts(parts: Sequence[object]) -> list[dict[str, Any]]:
+    """A message's parts, each a JSON object whose ``type`` is one of ``PART_TYPES``."""
     checked: list[dict[str, Any]] = []
     for i, part in enumerate(parts):
-        obj = _check_json_object(f"parts[{i}]", part)
+        obj = check_json_object(f"parts[{i}]", part)
         if obj.get("type") not in PART_TYPES:
             raise ValidationError(f"parts[{i}].type", f"must be one of {sorted(PART_TYPES)}")
         checked.append(obj)
     return checked
 
 
-def _screen_part(part: dict[str, Any]) -> dict[str, Any]:
+def screen_part(part: dict[str, Any]) -> dict[str, Any]:
     """A part with every credential redacted: its strings, and tool-call arguments
     (raw JSON text) as JSON, so an escaped value is found and the text stays JSON.
 
@@ -105,8 +115,8 @@ class ThreadStore:
         """A new session (a random ID unless given); a taken ID is a ``ValidationError``."""
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id or uuid.uuid4().hex)
-        title = _check_title(title)
-        meta = redact_json(_check_json_object("metadata", metadata or {}))
+        title = check_title(title)
+        meta = redact_json(check_json_object("metadata", metadata or {}))
         async with self._pool.connection() as conn:
             created = await sql.create_session(conn, resource_id, session_id, title, meta)
         if created is None:
@@ -145,7 +155,7 @@ class ThreadStore:
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         async with self._pool.connection() as conn:
-            renamed = await sql.rename_session(conn, resource_id, session_id, _check_title(title))
+            renamed = await sql.rename_session(conn, resource_id, session_id, check_title(title))
         if renamed is None:
             raise NotFoundError(f"no session {session_id!r} in this resource")
         return renamed
@@ -197,13 +207,13 @@ class ThreadStore:
         content = check_text("content", content)
         if len(content) > MESSAGE_CAP:
             raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
-        checked = _check_parts(parts)
+        checked = check_parts(parts)
         if role == "user" and not checked and is_blank(content):
             raise ValidationError(
                 "content", "must not be empty (nor only whitespace or invisible characters)"
             )
         content = redact_credentials(content)[0]
-        checked = [_screen_part(part) for part in checked]
+        checked = [screen_part(part) for part in checked]
         if turn == "complete" and turn_id is None:
             raise ValidationError("turn_id", "must name the turn to complete")
         message = await self._write(
