@@ -222,7 +222,7 @@ LEXICAL_RECALL_TOUCH = f"""{_RANKED}, touched AS (
     ) AS t,
     (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
     WHERE m.resource_id = %(resource_id)s AND m.id = t.id
-    RETURNING m.id, m.accessed_at, m.access_count
+    RETURNING m.resource_id, m.id, m.accessed_at, m.access_count
 )
 SELECT {
     _SELECTED.replace("s.accessed_at", "coalesce(u.accessed_at, s.accessed_at)").replace(
@@ -230,7 +230,7 @@ SELECT {
     )
 }, {_RANKED_COLUMNS}
 FROM ranked s
-LEFT JOIN touched u ON u.id = s.id
+LEFT JOIN touched u ON u.resource_id = s.resource_id AND u.id = s.id
 ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
 """
 
