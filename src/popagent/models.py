@@ -25,6 +25,7 @@ __all__ = [
     "Kind",
     "MaintenanceReport",
     "Memory",
+    "MemoryFilter",
     "Message",
     "Neighbour",
     "ObservationGroup",
@@ -133,6 +134,34 @@ class Memory:
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "version": self.version,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Which memories of a resource a list returns, and which page of them.
+
+    One value for every list of facts and episodes (library, API, clients, GUI,
+    CLI, MCP); a field left at ``None`` does not filter. Built as given: the
+    service checks and normalizes it (``popagent.memory.validation.check_filter``)
+    and names the field at fault. Lists are newest first (``created_at``, then id).
+    """
+
+    #: ``"fact"`` or ``"episode"``; ``None``: both kinds.
+    kind: Kind | None = None
+    #: A fact's exact key (trimmed and lower-cased as keys are stored); episodes have none.
+    key: str | None = None
+    #: Only memories written in this session.
+    session_id: str | None = None
+    #: A case-insensitive substring of the content (trimmed; 1 to 4,000 characters).
+    text: str | None = None
+    #: Only memories created at or after this time (timezone-aware).
+    created_after: datetime | None = None
+    #: Only memories created before this time (timezone-aware).
+    created_before: datetime | None = None
+    #: The most memories returned: 1 to ``LIST_LIMIT_CAP`` (1,000).
+    limit: int = 50
+    #: How many of the matching memories to skip first (>= 0).
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

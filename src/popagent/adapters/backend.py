@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from ..memory.longterm import LongTermMemory
 from ..memory.render import DEFAULT_BUDGET, render
-from ..models import Memory, Provenance, RecallResult, RememberResult
+from ..models import Memory, MemoryFilter, Provenance, RecallResult, RememberResult
 
 __all__ = ["LocalBackend", "MemoryBackend"]
 
@@ -91,15 +91,14 @@ class LocalBackend:
     async def list_facts(
         self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[Memory]:
-        return await self.memory.list_facts(
-            self.resource_id, key=key, text=text, limit=limit, offset=offset
-        )
+        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+        return await self.memory.list(self.resource_id, where)
 
     async def get_fact(self, id: int) -> Memory:
-        return await self.memory.get_fact(self.resource_id, id)
+        return await self.memory.get(self.resource_id, id, kind="fact")
 
     async def delete_fact(self, id: int) -> None:
-        await self.memory.delete_fact(self.resource_id, id)
+        await self.memory.delete(self.resource_id, id, kind="fact")
 
 
 def render_block(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:

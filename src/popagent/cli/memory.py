@@ -14,7 +14,7 @@ import click
 from ..errors import NotFoundError
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
-from ..models import FactVersion, Memory, Provenance, RecallResult
+from ..models import FactVersion, Memory, MemoryFilter, Provenance, RecallResult
 from .common import (
     Settings,
     emit_json,
@@ -162,7 +162,9 @@ def facts_list(
 ) -> None:
     rows = run(
         ctx,
-        lambda m, r: m.list_facts(r, key=key, text=text, limit=limit, offset=offset),
+        lambda m, r: m.list(
+            r, MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+        ),
     )
     print_memories(rows, as_json)
 
@@ -171,7 +173,7 @@ def facts_list(
 @click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def facts_show(ctx: click.Context, id: int) -> None:
-    emit_json(run(ctx, lambda m, r: m.get_fact(r, id)).to_json())
+    emit_json(run(ctx, lambda m, r: m.get(r, id, kind="fact")).to_json())
 
 
 @facts.command("add")
@@ -254,7 +256,7 @@ def facts_edit(
 @click.pass_context
 def facts_delete(ctx: click.Context, id: int, purge: bool) -> None:
     """Delete a fact; `facts restore` can bring it back unless --purge."""
-    run(ctx, lambda m, r: m.delete_fact(r, id, purge=purge, origin=CLI.origin))
+    run(ctx, lambda m, r: m.delete(r, id, kind="fact", purge=purge, origin=CLI.origin))
     click.echo(f"deleted fact {id}" + (" and its history" if purge else ""))
 
 
@@ -267,11 +269,11 @@ async def _history(
         fact_id = int(fact)
         current: Memory | None
         try:
-            current = await memory.get_fact(resource_id, fact_id)
+            current = await memory.get(resource_id, fact_id, kind="fact")
         except NotFoundError:
             current = None  # its history may still hold it
     else:
-        found = await memory.list_facts(resource_id, key=fact, limit=1)
+        found = await memory.list(resource_id, MemoryFilter(kind="fact", key=fact, limit=1))
         if not found:
             raise NotFoundError(
                 f"no fact with key {fact!r} in this resource "
@@ -346,8 +348,11 @@ def episodes_list(
 ) -> None:
     rows = run(
         ctx,
-        lambda m, r: m.list_episodes(
-            r, session_id=session_id, text=text, limit=limit, offset=offset
+        lambda m, r: m.list(
+            r,
+            MemoryFilter(
+                kind="episode", session_id=session_id, text=text, limit=limit, offset=offset
+            ),
         ),
     )
     print_memories(rows, as_json)
@@ -357,7 +362,7 @@ def episodes_list(
 @click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def episodes_delete(ctx: click.Context, id: int) -> None:
-    run(ctx, lambda m, r: m.delete_episode(r, id))
+    run(ctx, lambda m, r: m.delete(r, id, kind="episode"))
     click.echo(f"deleted episode {id}")
 
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ..models import Kind, MaintenanceReport, Memory, Message, Session
+from ..models import Kind, MaintenanceReport, Memory, MemoryFilter, Message, Session
 from . import calls
 from ._base import (
     DEFAULT_CHAT_TIMEOUT_S,
@@ -136,6 +136,12 @@ class AsyncClient:
 
     # --- memories, facts, episodes -------------------------------------------------------------
 
+    async def list(self, where: MemoryFilter | None = None) -> Page[Memory]:
+        """One page of the memories ``where`` selects (``None``: the 50 newest of either
+        kind), newest first: ``GET /api/memories`` with every filter that is set. The
+        server checks ``where`` and names the field at fault."""
+        return await self._run(calls.list_memories(MemoryFilter() if where is None else where))
+
     async def list_memories(
         self,
         *,
@@ -148,13 +154,14 @@ class AsyncClient:
         limit: int = 50,
         offset: int = 0,
     ) -> Page[Memory]:
-        """One page of facts and episodes, newest first, filtered as given."""
-        return await self._run(
-            calls.list_memories(
+        """One page of facts and episodes, newest first, filtered as given: :meth:`list`
+        with a ``MemoryFilter`` of these fields."""
+        return await self.list(
+            MemoryFilter(
                 kind=kind,
                 key=key,
-                text=text,
                 session_id=session_id,
+                text=text,
                 created_after=created_after,
                 created_before=created_before,
                 limit=limit,
@@ -194,7 +201,8 @@ class AsyncClient:
     async def list_facts(
         self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
     ) -> Page[Memory]:
-        return await self._run(calls.list_facts(key=key, text=text, limit=limit, offset=offset))
+        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+        return await self._run(calls.list_facts(where))
 
     def iter_facts(
         self, *, key: str | None = None, text: str | None = None, page_size: int = 100
@@ -263,16 +271,16 @@ class AsyncClient:
         limit: int = 50,
         offset: int = 0,
     ) -> Page[Memory]:
-        return await self._run(
-            calls.list_episodes(
-                text=text,
-                session_id=session_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                offset=offset,
-            )
+        where = MemoryFilter(
+            kind="episode",
+            session_id=session_id,
+            text=text,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+            offset=offset,
         )
+        return await self._run(calls.list_episodes(where))
 
     def iter_episodes(
         self,

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from ..models import Kind, MaintenanceReport, Memory, Session
+from ..models import Kind, MaintenanceReport, Memory, MemoryFilter, Session
 from . import shapes
 from .shapes import (
     ChatReply,
@@ -98,27 +98,27 @@ def _query(**values: Any) -> dict[str, Any]:
 # --- memories, facts, episodes ---------------------------------------------------------------
 
 
-def list_memories(
-    *,
-    kind: Kind | None,
-    key: str | None,
-    text: str | None,
-    session_id: str | None,
-    created_after: datetime | None,
-    created_before: datetime | None,
-    limit: int,
-    offset: int,
-) -> Call[Page[Memory]]:
-    params = _query(
-        kind=kind,
-        key=key,
-        text=text,
-        session_id=session_id,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-        offset=offset,
+def filter_params(where: MemoryFilter, *, with_kind: bool = True) -> dict[str, Any]:
+    """The query parameters of a list: ``where``'s fields that are set, times in ISO 8601.
+
+    The one place a ``MemoryFilter`` becomes a query. ``with_kind=False`` leaves
+    ``kind`` out for ``/api/facts`` and ``/api/episodes``, whose kind is the route's.
+    """
+    return _query(
+        kind=where.kind if with_kind else None,
+        key=where.key,
+        text=where.text,
+        session_id=where.session_id,
+        created_after=where.created_after,
+        created_before=where.created_before,
+        limit=where.limit,
+        offset=where.offset,
     )
+
+
+def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
+    """``GET /api/memories``: facts and episodes, with every filter of ``where``."""
+    params = filter_params(where)
     return Call("GET", "/api/memories", shapes.parse_memory_page, params=params)
 
 
@@ -126,8 +126,9 @@ def get_memory(id: int) -> Call[Memory]:
     return Call("GET", f"/api/memories/{_seg(id)}", shapes.parse_memory)
 
 
-def list_facts(*, key: str | None, text: str | None, limit: int, offset: int) -> Call[Page[Memory]]:
-    params = _query(key=key, text=text, limit=limit, offset=offset)
+def list_facts(where: MemoryFilter) -> Call[Page[Memory]]:
+    """``GET /api/facts``: the route filters by ``key`` and ``text`` (its kind is fact)."""
+    params = filter_params(where, with_kind=False)
     return Call("GET", "/api/facts", shapes.parse_memory_page, params=params)
 
 
@@ -183,23 +184,10 @@ def restore_fact(id: int, version: int) -> Call[Memory]:
     return Call("POST", path, shapes.parse_memory, json={"version": version})
 
 
-def list_episodes(
-    *,
-    text: str | None,
-    session_id: str | None,
-    created_after: datetime | None,
-    created_before: datetime | None,
-    limit: int,
-    offset: int,
-) -> Call[Page[Memory]]:
-    params = _query(
-        text=text,
-        session_id=session_id,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-        offset=offset,
-    )
+def list_episodes(where: MemoryFilter) -> Call[Page[Memory]]:
+    """``GET /api/episodes``: the route filters by ``text``, ``session_id`` and creation
+    time (its kind is episode)."""
+    params = filter_params(where, with_kind=False)
     return Call("GET", "/api/episodes", shapes.parse_memory_page, params=params)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..agent.tools import ToolContext, ToolOutcome
 from ..llm.protocol import ToolSpec
 from ..memory.validation import QUERY_CAP
+from ..models import MemoryFilter
 from .shapes import (
     EPISODE_SUMMARY_SCHEMA,
     ID_MAX,
@@ -110,12 +111,13 @@ class ListEpisodesTool:
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        episodes = await ctx.memory.list_episodes(
-            ctx.resource_id,
+        where = MemoryFilter(
+            kind="episode",
             text=arguments.get("text"),
             limit=arguments.get("limit", EPISODE_LIST_DEFAULT),
             offset=arguments.get("offset", 0),
         )
+        episodes = await ctx.memory.list(ctx.resource_id, where)
         self._slot.value = {"episodes": [episode_summary_json(m) for m in episodes]}
         if not episodes:
             return ToolOutcome.ok("No episodes match." if arguments else "No episodes are stored.")
@@ -171,7 +173,7 @@ class GetEpisodeTool:
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        episode = await ctx.memory.get_episode(ctx.resource_id, arguments["id"])
+        episode = await ctx.memory.get(ctx.resource_id, arguments["id"], kind="episode")
         self._slot.value = {"episode": memory_json(episode)}
         body = "\n  ".join(episode.content.splitlines())
         return ToolOutcome.ok(

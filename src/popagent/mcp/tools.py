@@ -31,7 +31,7 @@ from ..errors import NotFoundError
 from ..llm.protocol import ToolSpec
 from ..memory.render import render
 from ..memory.validation import KEY_CAP, QUERY_CAP, normalize_key
-from ..models import FactVersion, Memory
+from ..models import FactVersion, Memory, MemoryFilter
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
     FACT_VERSION_SCHEMA,
@@ -275,13 +275,14 @@ class ListFactsTool:
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        facts = await ctx.memory.list_facts(
-            ctx.resource_id,
+        where = MemoryFilter(
+            kind="fact",
             key=arguments.get("key"),
             text=arguments.get("text"),
             limit=arguments.get("limit", LIST_LIMIT_DEFAULT),
             offset=arguments.get("offset", 0),
         )
+        facts = await ctx.memory.list(ctx.resource_id, where)
         self._slot.value = {"facts": [memory_json(m) for m in facts]}
         if not facts:
             return ToolOutcome.ok("No facts match." if arguments else "No facts are stored.")
@@ -343,8 +344,12 @@ class ForgetFactTool:
                 "InvalidArguments",
             )
         fact = await _find_fact(ctx, fact_id, key)
-        await ctx.memory.delete_fact(
-            ctx.resource_id, fact.id, origin=ctx.provenance.origin, session_id=ctx.session_id
+        await ctx.memory.delete(
+            ctx.resource_id,
+            fact.id,
+            kind="fact",
+            origin=ctx.provenance.origin,
+            session_id=ctx.session_id,
         )
         return ToolOutcome.ok(f"Deleted {_where(fact)}: {fact.content}")
 
@@ -356,8 +361,8 @@ def _where(fact: Memory) -> str:
 async def _find_fact(ctx: ToolContext, fact_id: int | None, key: str | None) -> Memory:
     """The current fact of this resource with ``fact_id`` or ``key``."""
     if fact_id is not None:
-        return await ctx.memory.get_fact(ctx.resource_id, fact_id)
-    found = await ctx.memory.list_facts(ctx.resource_id, key=key, limit=1)
+        return await ctx.memory.get(ctx.resource_id, fact_id, kind="fact")
+    found = await ctx.memory.list(ctx.resource_id, MemoryFilter(kind="fact", key=key, limit=1))
     if not found:
         raise NotFoundError(f"no fact with key {key!r} in this resource")
     return found[0]
@@ -444,7 +449,7 @@ class FactHistoryTool:
             fact_id = current.id
         else:
             try:
-                current = await ctx.memory.get_fact(ctx.resource_id, fact_id)
+                current = await ctx.memory.get(ctx.resource_id, fact_id, kind="fact")
             except NotFoundError:
                 current = None  # deleted or expired: its history may still hold it
         versions = await ctx.memory.fact_history(ctx.resource_id, fact_id)

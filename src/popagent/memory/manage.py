@@ -9,6 +9,7 @@ functions; a call that raises has changed nothing.
 
 from __future__ import annotations
 
+import builtins  # ``Management.list`` hides the builtin in the class body's annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -23,6 +24,7 @@ from ..models import (
     Kind,
     MaintenanceReport,
     Memory,
+    MemoryFilter,
     Provenance,
     RememberResult,
 )
@@ -30,16 +32,16 @@ from ..store import memories as store
 from ..store import vectors as vector_store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
-from .history import FactHistory
 from .purge import PurgeReport, purge_resource
 from .semantic import BackfillReport, backfill
 from .validation import (
+    LIST_LIMIT_CAP,
     check_expires_at,
+    check_filter,
     check_id,
     check_importance,
-    check_limit,
+    check_kind,
     check_provenance,
-    check_query,
     episode_content,
     normalize_fact_content,
     normalize_key,
@@ -59,23 +61,15 @@ EPISODE_MAX_AGE = timedelta(days=90)
 EPISODE_CAP_PER_RESOURCE = 5_000
 #: Episodes carry no importance of their own; facts default to 0.5.
 EPISODE_IMPORTANCE = 0.3
-LIST_LIMIT_CAP = 1_000
 
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _check_kind(value: object) -> Kind | None:
-    if value is None or value in ("fact", "episode"):
-        return value
-    raise ValidationError("kind", "must be 'fact' or 'episode'")
-
-
-def _check_offset(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError("offset", "must be an integer >= 0")
-    return value
+def _check_purge(kind: Kind | None, purge: bool) -> None:
+    if purge and kind == "episode":
+        raise ValidationError("purge", "only a fact has earlier versions to purge, not an episode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +85,16 @@ class EpisodeDraft:
     provenance: Provenance | None = None
 
 
-class LongTermMemory(FactHistory):
-    """Facts and episodes of many resources, with recall, management and maintenance.
-
-    Obtain one with ``popagent.connect()``; it borrows connections from the pool
-    for each call and holds none between calls.
-    """
-
-
 class Management(MemoryBase):
     """Retention, fact and episode management, cleanup, maintenance and backfill;
-    holds no state of its own."""
+    holds no state of its own.
+
+    Reading and deleting is one call per verb for either kind: ``list`` (with a
+    ``MemoryFilter``), ``get`` and ``delete`` (with an optional ``kind``). The
+    per-kind names (``list_facts``, ``get_fact``, ``delete_fact``, ``list_episodes``,
+    ``get_episode``, ``delete_episode``, ``list_memories``) are kept for
+    compatibility as one-line wrappers over them.
+    """
 
     # --- retention ------------------------------------------------------------------------
 
@@ -329,12 +322,16 @@ class Management(MemoryBase):
         text: str | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[Memory]:
-        """Facts of this resource, newest first; filter by exact ``key`` or substring ``text``."""
-        return await self._list(resource_id, "fact", key=key, text=text, limit=limit, offset=offset)
+    ) -> builtins.list[Memory]:
+        """Facts of this resource, newest first; filter by exact ``key`` or substring ``text``.
+        Kept for compatibility: ``list(resource_id, MemoryFilter(kind="fact", ...))``."""
+        return await self.list(
+            resource_id, MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+        )
 
     async def get_fact(self, resource_id: str, id: int) -> Memory:
-        return await self._get(resource_id, id, "fact")
+        """Kept for compatibility: ``get(resource_id, id, kind="fact")``."""
+        return await self.get(resource_id, id, kind="fact")
 
     async def create_fact(
         self,
@@ -447,12 +444,10 @@ class Management(MemoryBase):
         session_id: str | None = None,
     ) -> None:
         """Delete fact ``id``. Its last value stays in its history (readable with
-        ``fact_history``, restorable) unless ``purge``, which removes every version too."""
-        origin = check_provenance(Provenance(origin=origin)).origin
-        if session_id is not None:
-            session_id = check_id("session_id", session_id)
-        await self._delete(
-            resource_id, id, "fact", purge=purge, origin=origin, session_id=session_id
+        ``fact_history``, restorable) unless ``purge``, which removes every version too.
+        Kept for compatibility: ``delete(resource_id, id, kind="fact", ...)``."""
+        await self.delete(
+            resource_id, id, kind="fact", purge=purge, origin=origin, session_id=session_id
         )
 
     # --- episodes -------------------------------------------------------------------------
@@ -467,24 +462,29 @@ class Management(MemoryBase):
         created_before: datetime | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[Memory]:
-        """Episodes of this resource, newest first. Episodes are immutable: there is no update."""
-        return await self._list(
+    ) -> builtins.list[Memory]:
+        """Episodes of this resource, newest first. Episodes are immutable: there is no update.
+        Kept for compatibility: ``list(resource_id, MemoryFilter(kind="episode", ...))``."""
+        return await self.list(
             resource_id,
-            "episode",
-            session_id=session_id,
-            text=text,
-            created_after=created_after,
-            created_before=created_before,
-            limit=limit,
-            offset=offset,
+            MemoryFilter(
+                kind="episode",
+                session_id=session_id,
+                text=text,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                offset=offset,
+            ),
         )
 
     async def get_episode(self, resource_id: str, id: int) -> Memory:
-        return await self._get(resource_id, id, "episode")
+        """Kept for compatibility: ``get(resource_id, id, kind="episode")``."""
+        return await self.get(resource_id, id, kind="episode")
 
     async def delete_episode(self, resource_id: str, id: int) -> None:
-        await self._delete(resource_id, id, "episode")
+        """Kept for compatibility: ``delete(resource_id, id, kind="episode")``."""
+        await self.delete(resource_id, id, kind="episode")
 
     # --- any kind -------------------------------------------------------------------------
 
@@ -500,23 +500,94 @@ class Management(MemoryBase):
         created_before: datetime | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[Memory]:
-        """Facts and episodes together, newest first, with every filter."""
-        return await self._list(
+    ) -> builtins.list[Memory]:
+        """Facts and episodes together, newest first, with every filter.
+        Kept for compatibility: ``list(resource_id, MemoryFilter(...))``."""
+        return await self.list(
             resource_id,
-            _check_kind(kind),
-            key=key,
-            session_id=session_id,
-            text=text,
-            created_after=created_after,
-            created_before=created_before,
-            limit=limit,
-            offset=offset,
+            MemoryFilter(
+                kind=kind,
+                key=key,
+                session_id=session_id,
+                text=text,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                offset=offset,
+            ),
         )
 
-    async def get(self, resource_id: str, id: int) -> Memory:
-        """A fact or episode of this resource by id; ``NotFoundError`` otherwise."""
-        return await self._get(resource_id, id, None)
+    async def list(
+        self, resource_id: str, where: MemoryFilter | None = None
+    ) -> builtins.list[Memory]:
+        """This resource's memories that ``where`` selects, newest first (``None``: the
+        50 newest of either kind). ``where`` is checked and normalized in one place,
+        ``popagent.memory.validation.check_filter``; a bad field is a
+        ``ValidationError`` naming it."""
+        resource_id = check_id("resource_id", resource_id)
+        where = check_filter(MemoryFilter() if where is None else where)
+        async with self._pool.connection() as conn:
+            return await store.list_memories(conn, resource_id, where)
+
+    async def get(self, resource_id: str, id: int, *, kind: Kind | None = None) -> Memory:
+        """Memory ``id`` of this resource, of ``kind`` when given (``None``: a fact or an
+        episode); ``NotFoundError`` otherwise ("no fact 3 in this resource", "no memory
+        3 in this resource")."""
+        resource_id = check_id("resource_id", resource_id)
+        id = check_memory_id(id)
+        kind = check_kind(kind)
+        async with self._pool.connection() as conn:
+            memory = await store.get_memory(conn, resource_id, id, kind)
+        if memory is None:
+            raise NotFoundError(f"no {kind or 'memory'} {id} in this resource")
+        return memory
+
+    async def delete(
+        self,
+        resource_id: str,
+        id: int,
+        *,
+        kind: Kind | None = None,
+        purge: bool = False,
+        origin: str = "library",
+        session_id: str | None = None,
+    ) -> None:
+        """Delete memory ``id`` of this resource, of ``kind`` when given (``None``: whichever
+        kind it is); ``NotFoundError`` ("no fact 3 in this resource") when there is none.
+
+        A fact's last value stays in its history (readable with ``fact_history``,
+        restorable) unless ``purge``, which removes every version too; with
+        ``kind="fact"`` that also purges the history of a fact deleted earlier.
+        ``origin`` and ``session_id`` record who ended the fact. An episode just
+        goes: it has no history, so ``purge`` is refused for one.
+        """
+        origin = check_provenance(Provenance(origin=origin)).origin
+        if session_id is not None:
+            session_id = check_id("session_id", session_id)
+        resource_id = check_id("resource_id", resource_id)
+        id = check_memory_id(id)
+        if not isinstance(purge, bool):
+            raise ValidationError("purge", "must be true or false")
+        kind = check_kind(kind)
+        _check_purge(kind, purge)
+        async with self._pool.connection() as conn, conn.transaction():
+            if kind is None:
+                found = await store.get_memory(conn, resource_id, id)
+                if found is None:
+                    raise NotFoundError(f"no memory {id} in this resource")
+                kind = found.kind
+                _check_purge(kind, purge)
+            deleted = await store.delete_memory(
+                conn,
+                resource_id,
+                id,
+                kind,
+                purge=purge,
+                ended_origin=origin,
+                ended_session_id=session_id,
+            )
+        if not deleted:
+            raise NotFoundError(f"no {kind} {id} in this resource")
 
     async def cleanup(
         self,
@@ -532,7 +603,7 @@ class Management(MemoryBase):
         besides maintenance for old episodes, that long-term memory is removed.
         """
         resource_id = check_id("resource_id", resource_id)
-        kind = _check_kind(kind)
+        kind = check_kind(kind)
         older_than = check_time("older_than", older_than)
         async with self._pool.connection() as conn:
             return await store.cleanup(conn, resource_id, kind=kind, older_than=older_than)
@@ -568,69 +639,3 @@ class Management(MemoryBase):
         return MaintenanceReport(
             expired_episodes=expired, capped_episodes=capped, expired_facts=expired_facts
         )
-
-    # --- shared helpers -------------------------------------------------------------------
-
-    async def _get(self, resource_id: str, id: int, kind: Kind | None) -> Memory:
-        resource_id = check_id("resource_id", resource_id)
-        id = check_memory_id(id)
-        async with self._pool.connection() as conn:
-            memory = await store.get_memory(conn, resource_id, id, kind)
-        if memory is None:
-            raise NotFoundError(f"no {kind or 'memory'} {id} in this resource")
-        return memory
-
-    async def _delete(
-        self,
-        resource_id: str,
-        id: int,
-        kind: Kind,
-        *,
-        purge: bool = False,
-        origin: str = "library",
-        session_id: str | None = None,
-    ) -> None:
-        resource_id = check_id("resource_id", resource_id)
-        id = check_memory_id(id)
-        if not isinstance(purge, bool):
-            raise ValidationError("purge", "must be true or false")
-        async with self._pool.connection() as conn, conn.transaction():
-            deleted = await store.delete_memory(
-                conn,
-                resource_id,
-                id,
-                kind,
-                purge=purge,
-                ended_origin=origin,
-                ended_session_id=session_id,
-            )
-        if not deleted:
-            raise NotFoundError(f"no {kind} {id} in this resource")
-
-    async def _list(
-        self,
-        resource_id: str,
-        kind: Kind | None,
-        *,
-        key: str | None = None,
-        session_id: str | None = None,
-        text: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[Memory]:
-        resource_id = check_id("resource_id", resource_id)
-        async with self._pool.connection() as conn:
-            return await store.list_memories(
-                conn,
-                resource_id,
-                kind=kind,
-                key=normalize_key(key),
-                session_id=check_id("session_id", session_id) if session_id is not None else None,
-                text=check_query(text, "text") if text is not None else None,
-                created_after=check_time("created_after", created_after),
-                created_before=check_time("created_before", created_before),
-                limit=check_limit(limit, cap=LIST_LIMIT_CAP),
-                offset=_check_offset(offset),
-            )

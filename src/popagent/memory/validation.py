@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from ..checks import (
@@ -24,21 +25,25 @@ from ..checks import (
 )
 from ..credentials import find_credentials, redact_credentials
 from ..errors import SecretRefusedError, ValidationError
-from ..models import ORIGINS, Provenance
+from ..models import ORIGINS, Kind, MemoryFilter, Provenance
 
 __all__ = [
     "ASSISTANT_TEXT_CAP",
     "FACT_CONTENT_CAP",
     "ID_CAP",
     "KEY_CAP",
+    "LIST_LIMIT_CAP",
     "QUERY_CAP",
     "USER_TEXT_CAP",
     "cap_text",
     "check_credentials",
     "check_expires_at",
+    "check_filter",
     "check_id",
     "check_importance",
+    "check_kind",
     "check_limit",
+    "check_offset",
     "check_provenance",
     "check_query",
     "check_text",
@@ -59,6 +64,8 @@ KEY_CAP = 128
 USER_TEXT_CAP = 4_000
 ASSISTANT_TEXT_CAP = 8_000
 QUERY_CAP = 4_000
+#: The most memories one list returns.
+LIST_LIMIT_CAP = 1_000
 
 _WHITESPACE = re.compile(r"\s+")
 _EMPTY = "is required and must not be empty"
@@ -208,3 +215,42 @@ def check_provenance(value: object) -> Provenance:
         if not tool_call_id or len(tool_call_id) > TOOL_CALL_ID_CAP:
             raise ValidationError("tool_call_id", f"must be 1 to {TOOL_CALL_ID_CAP} characters")
     return value
+
+
+def check_kind(value: object) -> Kind | None:
+    """``None`` (both kinds), ``"fact"`` or ``"episode"``."""
+    if value is None or value in ("fact", "episode"):
+        return value
+    raise ValidationError("kind", "must be 'fact' or 'episode'")
+
+
+def check_offset(value: object) -> int:
+    """An integer >= 0 (booleans are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("offset", "must be an integer >= 0")
+    return value
+
+
+def check_filter(value: object) -> MemoryFilter:
+    """``value`` checked field by field, in field order, as a normalized copy: the one
+    place a list's filter is validated (``ValidationError`` names the field).
+
+    Keys are trimmed and lower-cased (``normalize_key``), ``text`` trimmed
+    (``check_query``), ``limit`` 1 to ``LIST_LIMIT_CAP``, ``offset`` >= 0, times
+    timezone-aware.
+    """
+    if not isinstance(value, MemoryFilter):
+        raise ValidationError("where", "must be a MemoryFilter")
+    return replace(
+        value,
+        kind=check_kind(value.kind),
+        key=normalize_key(value.key),
+        session_id=check_id("session_id", value.session_id)
+        if value.session_id is not None
+        else None,
+        text=check_query(value.text, "text") if value.text is not None else None,
+        created_after=check_time("created_after", value.created_after),
+        created_before=check_time("created_before", value.created_before),
+        limit=check_limit(value.limit, cap=LIST_LIMIT_CAP),
+        offset=check_offset(value.offset),
+    )

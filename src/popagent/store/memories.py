@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from ..errors import ConflictError
-from ..models import Kind, Memory, Provenance
+from ..models import Kind, Memory, MemoryFilter, Provenance
 from .database import Conn
 
 __all__ = [
@@ -446,31 +446,21 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-async def list_memories(
-    conn: Conn,
-    resource_id: str,
-    *,
-    kind: Kind | None,
-    key: str | None = None,
-    session_id: str | None = None,
-    text: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[Memory]:
+async def list_memories(conn: Conn, resource_id: str, where: MemoryFilter) -> list[Memory]:
+    """The memories of ``resource_id`` that ``where`` (already checked: ``check_filter``)
+    selects, newest first."""
     cur = await conn.execute(
         LIST_MEMORIES,
         {
             "resource_id": resource_id,
-            "kind": kind,
-            "key": key,
-            "session_id": session_id,
-            "pattern": like_pattern(text) if text else None,
-            "created_after": created_after,
-            "created_before": created_before,
-            "limit": limit,
-            "offset": offset,
+            "kind": where.kind,
+            "key": where.key,
+            "session_id": where.session_id,
+            "pattern": like_pattern(where.text) if where.text else None,
+            "created_after": where.created_after,
+            "created_before": where.created_before,
+            "limit": where.limit,
+            "offset": where.offset,
         },
     )
     return [row_to_memory(r) for r in await cur.fetchall()]

@@ -12,6 +12,7 @@ delete removes the history too.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from ...errors import NotFoundError, ValidationError
 from ...memory.render import render
 from ...memory.validation import KEY_CAP
-from ...models import Memory, Provenance
+from ...models import Memory, MemoryFilter, Provenance
 from ..schemas import (
     CleanupReport,
     CleanupRequest,
@@ -74,6 +75,14 @@ def _page(rows: list[Memory], limit: int, offset: int) -> MemoryPage:
     )
 
 
+async def _list_page(request: Request, where: MemoryFilter) -> MemoryPage:
+    """The page of the server's resource that ``where`` selects; every list route's one
+    call. One memory more than the page is read to tell whether another page follows."""
+    s = services(request)
+    rows = await s.memory.list(s.resource_id, replace(where, limit=where.limit + 1))
+    return _page(rows, where.limit, where.offset)
+
+
 @router.get("/memories", response_model=MemoryPage, summary="List or search facts and episodes")
 async def list_memories(
     request: Request,
@@ -86,19 +95,17 @@ async def list_memories(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> MemoryPage:
-    s = services(request)
-    rows = await s.memory.list_memories(
-        s.resource_id,
+    where = MemoryFilter(
         kind=kind,
         key=key,
         session_id=session_id,
         text=text,
         created_after=created_after,
         created_before=created_before,
-        limit=limit + 1,
+        limit=limit,
         offset=offset,
     )
-    return _page(rows, limit, offset)
+    return await _list_page(request, where)
 
 
 @router.get("/memories/{id}", response_model=MemoryOut, summary="Read a fact or an episode")
@@ -118,7 +125,8 @@ async def list_facts(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> MemoryPage:
-    return await list_memories(request, kind="fact", key=key, text=text, limit=limit, offset=offset)
+    where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+    return await _list_page(request, where)
 
 
 @router.post("/facts", response_model=MemoryOut, status_code=201, summary="Create a fact")
@@ -138,7 +146,7 @@ async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
 @router.get("/facts/{id}", response_model=MemoryOut, summary="Read a fact")
 async def get_fact(request: Request, id: MemoryId) -> dict[str, object]:
     s = services(request)
-    return (await s.memory.get_fact(s.resource_id, id)).to_json()
+    return (await s.memory.get(s.resource_id, id, kind="fact")).to_json()
 
 
 @router.patch("/facts/{id}", response_model=MemoryOut, summary="Change a fact")
@@ -176,7 +184,7 @@ async def delete_fact(
     """Delete fact ``id``; its last value stays in its history (restorable)
     unless ``purge=true`` (exactly ``true`` or ``false``)."""
     s = services(request)
-    await s.memory.delete_fact(s.resource_id, id, purge=purge == "true", origin="api")
+    await s.memory.delete(s.resource_id, id, kind="fact", purge=purge == "true", origin="api")
     return Response(status_code=204)
 
 
@@ -193,7 +201,7 @@ async def fact_versions(request: Request, id: MemoryId) -> dict[str, object]:
     s = services(request)
     versions = await s.memory.fact_history(s.resource_id, id)
     try:
-        current: Memory | None = await s.memory.get_fact(s.resource_id, id)
+        current: Memory | None = await s.memory.get(s.resource_id, id, kind="fact")
     except NotFoundError:  # deleted (or expired and removed): only its history is left
         current = None
     return {
@@ -230,28 +238,28 @@ async def list_episodes(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> MemoryPage:
-    return await list_memories(
-        request,
+    where = MemoryFilter(
         kind="episode",
-        text=text,
         session_id=session_id,
+        text=text,
         created_after=created_after,
         created_before=created_before,
         limit=limit,
         offset=offset,
     )
+    return await _list_page(request, where)
 
 
 @router.get("/episodes/{id}", response_model=MemoryOut, summary="Read an episode")
 async def get_episode(request: Request, id: MemoryId) -> dict[str, object]:
     s = services(request)
-    return (await s.memory.get_episode(s.resource_id, id)).to_json()
+    return (await s.memory.get(s.resource_id, id, kind="episode")).to_json()
 
 
 @router.delete("/episodes/{id}", status_code=204, summary="Delete an episode (they are immutable)")
 async def delete_episode(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    await s.memory.delete_episode(s.resource_id, id)
+    await s.memory.delete(s.resource_id, id, kind="episode")
     return Response(status_code=204)
 
 

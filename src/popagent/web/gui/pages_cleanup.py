@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...memory.purge import count_resource_rows
-from ...models import Kind
+from ...models import Kind, MemoryFilter
 from ..services import services
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
@@ -72,8 +72,8 @@ async def confirm(request: Request) -> Response:
             request, "cleanup.html", active="memories", status_code=422, form=form, errors=errors
         )
     s = services(request)
-    rows = await s.memory.list_memories(
-        s.resource_id, kind=kind, created_before=cutoff, limit=COUNT_CAP
+    rows = await s.memory.list(
+        s.resource_id, MemoryFilter(kind=kind, created_before=cutoff, limit=COUNT_CAP)
     )
     return page(
         request,

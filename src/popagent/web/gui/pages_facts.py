@@ -187,7 +187,7 @@ async def create_fact(request: Request) -> Response:
 @router.get("/facts/{id}/edit")
 async def edit_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    fact = await s.memory.get_fact(s.resource_id, id)
+    fact = await s.memory.get(s.resource_id, id, kind="fact")
     f = FactForm(
         form={
             "content": fact.content,
@@ -202,7 +202,7 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
 @router.post("/facts/{id}")
 async def update_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    fact = await s.memory.get_fact(s.resource_id, id)
+    fact = await s.memory.get(s.resource_id, id, kind="fact")
     f = check_fact_form(await read_form(request, FACT_FIELDS), fact.expires_at)
     if not f.errors:
         try:
@@ -227,7 +227,7 @@ async def update_fact(request: Request, id: MemoryId) -> Response:
 @router.get("/facts/{id}/delete")
 async def confirm_delete_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    memory = await s.memory.get_fact(s.resource_id, id)
+    memory = await s.memory.get(s.resource_id, id, kind="fact")
     return page(request, "confirm_delete.html", active="memories", memory=memory)
 
 
@@ -239,7 +239,7 @@ async def delete_fact(request: Request, id: MemoryId) -> Response:
         raise FormRefused(422, "Invalid form", "purge: must be yes, or left out")
     purge = "purge" in form
     s = services(request)
-    await s.memory.delete_fact(s.resource_id, id, purge=purge, origin="gui")
+    await s.memory.delete(s.resource_id, id, kind="fact", purge=purge, origin="gui")
     return redirect("/", notice="fact-purged" if purge else "fact-deleted")
 
 
@@ -249,7 +249,7 @@ async def fact_history(request: Request, id: MemoryId) -> Response:
     s = services(request)
     versions = await s.memory.fact_history(s.resource_id, id)
     try:
-        current: Memory | None = await s.memory.get_fact(s.resource_id, id)
+        current: Memory | None = await s.memory.get(s.resource_id, id, kind="fact")
     except NotFoundError:
         current = None
     return page(
@@ -277,7 +277,7 @@ async def restore_fact(request: Request, id: MemoryId) -> Response:
 @router.get("/episodes/{id}/delete")
 async def confirm_delete_episode(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    memory = await s.memory.get_episode(s.resource_id, id)
+    memory = await s.memory.get(s.resource_id, id, kind="episode")
     return page(request, "confirm_delete.html", active="memories", memory=memory)
 
 
@@ -285,5 +285,5 @@ async def confirm_delete_episode(request: Request, id: MemoryId) -> Response:
 async def delete_episode(request: Request, id: MemoryId) -> Response:
     await read_form(request, ())
     s = services(request)
-    await s.memory.delete_episode(s.resource_id, id)
+    await s.memory.delete(s.resource_id, id, kind="episode")
     return redirect("/", notice="episode-deleted")

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from ...checks import ID_CAP
 from ...errors import ValidationError
 from ...memory.validation import KEY_CAP, normalize_key
-from ...models import Kind
+from ...models import Kind, MemoryFilter
 from ..services import services
 from .rendering import page
 from .routing import HtmlRoute
@@ -114,8 +114,7 @@ async def browse(request: Request) -> Response:
     f = parse_filters(dict(request.query_params))
     rows = []
     if not f.errors:
-        rows = await s.memory.list_memories(
-            s.resource_id,
+        where = MemoryFilter(
             kind=f.kind,
             key=f.key,
             session_id=f.session_id,
@@ -125,6 +124,7 @@ async def browse(request: Request) -> Response:
             limit=PAGE_SIZE + 1,
             offset=f.offset,
         )
+        rows = await s.memory.list(s.resource_id, where)
     more = len(rows) > PAGE_SIZE
     return page(
         request,
