@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "run_example", "without_packages"]
+__all__ = ["ROOT", "assert_import_hint", "run_example", "without_packages"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +38,18 @@ def without_packages(packages: Iterable[str], code: str) -> subprocess.Completed
         cwd=ROOT,
         check=False,
     )
+
+
+def assert_import_hint(blocked: Iterable[str], module: str, extra: str, prelude: str = "") -> None:
+    """Importing ``module`` in an interpreter without ``blocked`` (after running ``prelude``,
+    which may assert what is not imported yet) fails with an error that says to install
+    ``popagent[extra]``; the interpreter itself exits cleanly."""
+    done = without_packages(
+        blocked,
+        prelude + f"try:\n    import {module}\nexcept ImportError as exc:\n    print(exc)\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert f'pip install "popagent[{extra}]"' in done.stdout
 
 
 def run_example(name: str, tmp_path: Path) -> dict[str, Any]:

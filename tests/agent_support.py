@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import sql
 
 import popagent
-from popagent.agent import ToolContext, ToolOutcome
-from popagent.llm import ToolSpec
+from popagent.agent import Agent, ToolContext, ToolOutcome
+from popagent.llm import OpenAIChatModel, ToolSpec
+from popagent.threads import ThreadStore
+from tests.scripted_model import ScriptedModelServer
+
+
+class AgentRig(NamedTuple):
+    """What a scripted agent turn runs on (the ``rig`` fixture): the suite's database, its
+    threads, the real client and the scripted server that client talks to. Unpacks as
+    ``memory, threads, chat_model, scripted = rig``."""
+
+    memory: popagent.LongTermMemory
+    threads: ThreadStore
+    chat_model: OpenAIChatModel
+    scripted: ScriptedModelServer
+
+    def agent(self, **options: Any) -> Agent:
+        """``Agent(memory, threads, chat_model, **options)``."""
+        return Agent(self.memory, self.threads, self.chat_model, **options)
 
 
 async def tables_containing(memory: popagent.LongTermMemory, needle: str) -> dict[str, int]:

@@ -13,36 +13,28 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import psycopg
+import httpx
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
 from popagent.llm import OpenAIChatModel
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
+from tests.agent_support import AgentRig
+from tests.db_support import scratch_database
+from tests.embed_support import semantic_memory
+from tests.embedding_server import EmbeddingServer
 from tests.scripted_model import ScriptedModelServer
-from tests.web_support import scripted_settings
+from tests.web_support import api_client, scripted_settings
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     external = os.environ.get("POPAGENT_TEST_DATABASE_URL")
     if external:
-        name = f"popagent_test_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(external, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        params = conninfo_to_dict(external)
-        params["dbname"] = name
-        try:
-            yield make_conninfo(**params)  # type: ignore[arg-type]
-        finally:
-            with psycopg.connect(external, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+        with scratch_database(external, prefix="popagent_test") as url:
+            yield url
         return
     with tempfile.TemporaryDirectory(prefix="popagent-test-") as tmp:
         server = EmbeddedServer(tmp, delete=True)
@@ -84,8 +76,63 @@ async def chat_model(scripted: ScriptedModelServer) -> AsyncIterator[OpenAIChatM
 
 
 @pytest.fixture
+def scratch_url(database_url: str) -> Iterator[str]:
+    """A second, fresh database on the suite's server (``tests/db_support.py``); dropped
+    after the test."""
+    with scratch_database(database_url) as url:
+        yield url
+
+
+@pytest.fixture
+async def scratch(scratch_url: str) -> AsyncIterator[popagent.LongTermMemory]:
+    """The library on ``scratch_url``."""
+    async with popagent.connect(scratch_url, max_size=8) as ltm:
+        yield ltm
+
+
+@pytest.fixture
+async def gui(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the server app (and so its GUI) for ``resource``: no model, no schedule."""
+    async with api_client(memory, resource) as client:
+        yield client
+
+
+@pytest.fixture
+def embedding_dimensions() -> int:
+    """How many dimensions ``embedding_server``'s vectors have; a test file may override it."""
+    return 64
+
+
+@pytest.fixture
+def embedding_server(embedding_dimensions: int) -> Iterator[EmbeddingServer]:
+    """A scripted embeddings server on 127.0.0.1 (see ``tests/embedding_server.py``)."""
+    with EmbeddingServer(dimensions=embedding_dimensions) as server:
+        yield server
+
+
+@pytest.fixture
+async def semantic(
+    database_url: str, embedding_server: EmbeddingServer
+) -> AsyncIterator[popagent.LongTermMemory]:
+    """The library with the real embedder against ``embedding_server``."""
+    async with semantic_memory(database_url, embedding_server) as memory:
+        yield memory
+
+
+@pytest.fixture
 def threads(memory: popagent.LongTermMemory) -> ThreadStore:
     return ThreadStore(memory.pool)
+
+
+@pytest.fixture
+def rig(
+    memory: popagent.LongTermMemory,
+    threads: ThreadStore,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+) -> AgentRig:
+    """The database, threads, real client and scripted server of an agent turn, together."""
+    return AgentRig(memory, threads, chat_model, scripted)
 
 
 @pytest.fixture

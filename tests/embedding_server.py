@@ -19,9 +19,9 @@ import json
 import re
 import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
+
+from tests.background_server import BackgroundServer, OwnedHTTPServer, QuietHandler
 
 __all__ = ["EmbeddingServer", "concept_vector"]
 
@@ -40,7 +40,7 @@ def concept_vector(text: str, dimensions: int, concepts: Mapping[str, str]) -> l
     return vector
 
 
-class EmbeddingServer:
+class EmbeddingServer(BackgroundServer):
     """``with EmbeddingServer(dimensions=64) as server: OpenAIEmbedder("m", base_url=server.base_url)``."""
 
     def __init__(self, *, dimensions: int = 64, concepts: Mapping[str, str] | None = None) -> None:
@@ -49,17 +49,7 @@ class EmbeddingServer:
         self.requests: list[dict[str, Any]] = []
         self._failures: list[int] = []
         self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        super().__init__(OwnedHTTPServer(self, _Handler, join_handlers=False))
 
     def fail_next(self, status: int, times: int = 1) -> None:
         with self._lock:
@@ -84,33 +74,9 @@ class EmbeddingServer:
         usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
         return 200, {"object": "list", "model": body["model"], "data": data, "usage": usage}
 
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
 
-    def __enter__(self) -> EmbeddingServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: EmbeddingServer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+class _Handler(QuietHandler):
+    server: OwnedHTTPServer[EmbeddingServer]
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
+from tests.mcp_support import TOOLS
+
 __all__ = [
     "EITHER",
     "REFUSE",
@@ -853,22 +855,12 @@ def mcp_cases() -> list[McpCase]:
     int_slot("fact_history", {}, "id", 1, 2**63 - 1)
     int_slot("restore_fact", {"version": 1}, "id", 1, 2**63 - 1)
     int_slot("restore_fact", {"id": 1}, "version", 1, 2**31 - 1)
-    tools = (
-        "remember",
-        "recall",
-        "list_facts",
-        "forget_fact",
-        "fact_history",
-        "restore_fact",
-        "list_episodes",
-        "get_episode",
-    )
     bases: dict[str, dict[str, Any]] = {
         "remember": {"content": "x"},
         "recall": {"query": "x"},
         "restore_fact": {"id": 1, "version": 1},
     }
-    for tool in tools:
+    for tool in TOOLS:
         for unknown in ("resource_id", "resourceId", "session_id", "__proto__"):
             base = bases.get(tool, {})
             cases.append(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,14 +19,23 @@ from typing import Any
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
-__all__ = ["cli_command", "http_server", "server_env", "stdio_params", "text_of"]
+from tests.web_support import cli_command
+
+__all__ = ["TOOLS", "cli_command", "http_server", "server_env", "stdio_params", "text_of"]
+
+#: The tools ``popagent mcp`` offers, in the order it lists them.
+TOOLS = [
+    "remember",
+    "recall",
+    "list_facts",
+    "forget_fact",
+    "fact_history",
+    "restore_fact",
+    "list_episodes",
+    "get_episode",
+]
 
 _SERVING = re.compile(r"at (http://\S+/mcp)")
-
-
-def cli_command(*args: str) -> list[str]:
-    """``popagent ARGS`` as this interpreter runs it."""
-    return [sys.executable, "-m", "popagent.cli", *args]
 
 
 def server_env(database_url: str, resource_id: str, **extra: str) -> dict[str, str]:

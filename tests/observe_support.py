@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from popagent.models import Role
+import popagent
+from popagent.models import ObservationGroup, ObservationLog, Role
+from popagent.observe import MemorySettingsStore
 from popagent.observe.observer import OBSERVER_PROMPT
 from popagent.observe.reflector import REFLECTOR_PROMPT
+from popagent.store import observations as obs_sql
+from popagent.store.database import Conn
 from popagent.threads import ThreadStore
 from tests.scripted_model import Reply, Respond
 
@@ -66,6 +70,13 @@ def reflector_input(body: dict[str, Any]) -> str:
     return user.split("## Observations to reflect on\n\n", 1)[1].split("\n\n---\n", 1)[0]
 
 
+async def update_settings(memory: popagent.LongTermMemory, resource: str, **changes: Any) -> None:
+    """Update ``resource``'s memory settings with ``changes``; background buffering is off
+    unless they turn it on, so observation runs synchronously, at the threshold."""
+    changes.setdefault("observation_buffer_percent", None)
+    await MemorySettingsStore(memory.pool).update(resource, **changes)
+
+
 async def seed(
     threads: ThreadStore, resource: str, session: str, count: int, tag: str = "m"
 ) -> list[int]:
@@ -80,3 +91,69 @@ async def seed(
         message = await threads.append_message(resource, session, role, text, create_session=True)
         ids.append(message.id)
     return ids
+
+
+async def insert_observed(
+    conn: Conn,
+    resource: str,
+    session: str,
+    first_id: int,
+    last_id: int,
+    observations: str,
+    *,
+    tokens: int,
+    message_tokens: int,
+    generation: int = 0,
+    observed_to: int | None = None,
+    group_observations: str | None = None,
+) -> tuple[ObservationLog, ObservationGroup]:
+    """What an Observer run stores, written directly: a generation holding ``observations``
+    (``tokens`` tokens) observed up to ``observed_to`` (default ``last_id``), and its one
+    active group over messages ``first_id``..``last_id`` (``group_observations``, default
+    the same text)."""
+    log = await obs_sql.insert_log(
+        conn,
+        resource,
+        session,
+        generation=generation,
+        origin="observation",
+        observations=observations,
+        observation_tokens=tokens,
+        last_observed_message_id=last_id if observed_to is None else observed_to,
+    )
+    group = await obs_sql.insert_group(
+        conn,
+        log,
+        kind="observation",
+        first_message_id=first_id,
+        last_message_id=last_id,
+        observations=observations if group_observations is None else group_observations,
+        observation_tokens=tokens,
+        message_tokens=message_tokens,
+    )
+    return log, group
+
+
+async def insert_chunk(
+    conn: Conn,
+    log: ObservationLog,
+    first_id: int,
+    last_id: int,
+    observations: str,
+    *,
+    tokens: int,
+    message_tokens: int,
+) -> ObservationGroup:
+    """A buffered chunk in ``log`` over messages ``first_id``..``last_id``: observed in the
+    background, not active yet."""
+    return await obs_sql.insert_group(
+        conn,
+        log,
+        kind="observation",
+        first_message_id=first_id,
+        last_message_id=last_id,
+        observations=observations,
+        observation_tokens=tokens,
+        message_tokens=message_tokens,
+        status="buffered",
+    )

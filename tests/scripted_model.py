@@ -18,9 +18,9 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
+
+from tests.background_server import BackgroundServer, OwnedHTTPServer, QuietHandler
 
 __all__ = ["CallTools", "Fail", "Hang", "Reply", "Respond", "ScriptedModelServer", "Step"]
 
@@ -71,7 +71,7 @@ class Respond:
 Step = Reply | CallTools | Fail | Hang | Respond
 
 
-class ScriptedModelServer:
+class ScriptedModelServer(BackgroundServer):
     """The server; use as a context manager, queue steps with ``script()``."""
 
     def __init__(self) -> None:
@@ -79,17 +79,8 @@ class ScriptedModelServer:
         self._steps: deque[Step] = deque()
         self._requests: list[dict[str, Any]] = []
         self._closing = threading.Event()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
         self._closed = False
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        super().__init__(OwnedHTTPServer(self, _Handler, join_handlers=True))
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -111,20 +102,7 @@ class ScriptedModelServer:
             return
         self._closed = True
         self._closing.set()  # wakes any Hang
-        self._httpd.shutdown()
-        self._httpd.server_close()  # joins the handler threads
-        self._thread.join()
-
-    def __enter__(self) -> ScriptedModelServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        super().close()
 
     def _take(self, body: dict[str, Any]) -> Step | None:
         with self._lock:
@@ -132,18 +110,8 @@ class ScriptedModelServer:
             return self._steps.popleft() if self._steps else None
 
 
-class _Server(ThreadingHTTPServer):
-    # Handler threads are joined on close, so no socket outlives the server.
-    daemon_threads = False
-    block_on_close = True
-    owner: ScriptedModelServer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep test output quiet
+class _Handler(QuietHandler):
+    server: OwnedHTTPServer[ScriptedModelServer]
 
     def do_POST(self) -> None:
         # The client may have given up (a timeout test); then there is no one to answer.

@@ -20,7 +20,7 @@ import popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langchain import PopagentRetriever, memory_tools
 from popagent.agent import AuditLog
-from tests.adapter_support import run_example, without_packages
+from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text
 from tests.langchain_support import ScriptedChatModel, calls, reply, script
 
@@ -227,12 +227,7 @@ async def test_construction_needs_a_fixed_resource(
 
 
 def test_without_langchain_core_the_import_error_says_what_to_install() -> None:
-    done = without_packages(
-        ["langchain_core"],
-        "try:\n    import popagent.adapters.langchain\nexcept ImportError as exc:\n    print(exc)\n",
-    )
-    assert done.returncode == 0, done.stderr
-    assert 'pip install "popagent[langchain]"' in done.stdout
+    assert_import_hint(["langchain_core"], "popagent.adapters.langchain", "langchain")
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:

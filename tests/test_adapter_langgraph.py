@@ -47,7 +47,7 @@ from popagent.adapters.langgraph import (
     memory_tools,
 )
 from popagent.agent import AuditLog
-from tests.adapter_support import run_example, without_packages
+from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text
 from tests.langchain_support import calls, react_agent, reply, script, tool_messages
 
@@ -763,12 +763,7 @@ def test_popagent_does_not_import_the_frameworks() -> None:
 
 
 def test_without_langgraph_the_import_error_says_what_to_install() -> None:
-    done = without_packages(
-        ["langgraph"],
-        "try:\n    import popagent.adapters.langgraph\nexcept ImportError as exc:\n    print(exc)\n",
-    )
-    assert done.returncode == 0, done.stderr
-    assert 'pip install "popagent[langgraph]"' in done.stdout
+    assert_import_hint(["langgraph"], "popagent.adapters.langgraph", "langgraph")
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:

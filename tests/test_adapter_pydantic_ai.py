@@ -33,7 +33,7 @@ from popagent.adapters.backend import LocalBackend
 from popagent.adapters.pydantic_ai import RecallProcessor, memory_capabilities, memory_toolset
 from popagent.agent import AuditLog
 from popagent.memory.render import HEADER
-from tests.adapter_support import run_example, without_packages
+from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text, tool_results
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 from tests.web_support import count_rows
@@ -204,15 +204,13 @@ async def test_calls_are_audited_without_content(
 
 
 def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
-    done = without_packages(
+    assert_import_hint(
         ["pydantic_ai"],
-        "import popagent, popagent.adapters.backend, popagent.adapters.tool_calls\n"
-        "assert 'pydantic_ai' not in sys.modules and 'agents' not in sys.modules\n"
-        "try:\n    import popagent.adapters.pydantic_ai\n"
-        "except ImportError as exc:\n    print(exc)\n",
+        "popagent.adapters.pydantic_ai",
+        "pydantic-ai",
+        prelude="import popagent, popagent.adapters.backend, popagent.adapters.tool_calls\n"
+        "assert 'pydantic_ai' not in sys.modules and 'agents' not in sys.modules\n",
     )
-    assert done.returncode == 0, done.stderr
-    assert 'pip install "popagent[pydantic-ai]"' in done.stdout
 
 
 def test_example_runs_offline(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ import pytest
 
 import popagent
 from popagent.agent import (
-    Agent,
     AuditHook,
     AuditLog,
     ModelCallEnd,
@@ -18,11 +17,9 @@ from popagent.agent import (
     ToolCallStart,
 )
 from popagent.errors import TurnFailedError
-from popagent.llm import OpenAIChatModel
 from popagent.store.database import open_pool
-from popagent.threads import ThreadStore
-from tests.agent_support import CountingTool, audit_text
-from tests.scripted_model import CallTools, Fail, Reply, ScriptedModelServer
+from tests.agent_support import AgentRig, CountingTool, audit_text
+from tests.scripted_model import CallTools, Fail, Reply
 
 FACT = "Allergic to hazelnuts since childhood"
 RECALLED = "Keeps bees on the allotment near Utrecht"
@@ -58,13 +55,9 @@ class Broken(Recorder):
 
 
 async def _turn_with_a_fact_and_a_recall(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    **kw: object,
+    rig: AgentRig, resource: str, **kw: object
 ) -> popagent.TurnResult:
+    memory, _, _, scripted = rig
     await memory.remember(resource, RECALLED, key="hobby.bees")
     scripted.script(
         CallTools(
@@ -73,18 +66,13 @@ async def _turn_with_a_fact_and_a_recall(
         ),
         Reply(REPLY),
     )
-    agent = Agent(memory, threads, chat_model, **kw)  # type: ignore[arg-type]
+    agent = rig.agent(**kw)
     return await agent.run_turn(resource, "garden-chat", USER)
 
 
-async def test_every_model_and_tool_call_has_audit_rows(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    result = await _turn_with_a_fact_and_a_recall(memory, threads, chat_model, scripted, resource)
+async def test_every_model_and_tool_call_has_audit_rows(rig: AgentRig, resource: str) -> None:
+    memory = rig.memory
+    result = await _turn_with_a_fact_and_a_recall(rig, resource)
     assert any(r.memory.content == RECALLED for r in result.recalled)
     rows = list(reversed(await AuditLog(memory.pool).list_audit(resource)))
     assert [(r.hook, r.tool) for r in rows] == [
@@ -115,14 +103,9 @@ async def test_every_model_and_tool_call_has_audit_rows(
     assert first_model.argument_names is None
 
 
-async def test_audit_rows_hold_no_content(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    result = await _turn_with_a_fact_and_a_recall(memory, threads, chat_model, scripted, resource)
+async def test_audit_rows_hold_no_content(rig: AgentRig, resource: str) -> None:
+    memory = rig.memory
+    result = await _turn_with_a_fact_and_a_recall(rig, resource)
     assert RECALLED in result.memory_block
     text = await audit_text(memory, resource)
     assert text.count("\n") == 5  # six rows
@@ -150,15 +133,12 @@ async def test_audit_rows_hold_no_content(
 
 
 async def test_failed_model_calls_are_audited_with_the_error_type_only(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, _, _, scripted = rig
     scripted.script(Fail(400, body={"error": {"message": "bad request about hazelnuts"}}))
     with pytest.raises(TurnFailedError, match="hazelnuts"):
-        await Agent(memory, threads, chat_model).run_turn(resource, "s1", "hazelnuts?")
+        await rig.agent().run_turn(resource, "s1", "hazelnuts?")
     rows = await AuditLog(memory.pool).list_audit(resource)
     assert [(r.hook, r.outcome, r.error_type) for r in rows] == [
         ("after_model_call", "error", "ModelError"),
@@ -168,20 +148,13 @@ async def test_failed_model_calls_are_audited_with_the_error_type_only(
 
 
 async def test_hooks_get_paired_content_free_events_and_a_broken_hook_changes_nothing(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    caplog: pytest.LogCaptureFixture,
+    rig: AgentRig, resource: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    memory = rig.memory
     recorder = Recorder()
     with caplog.at_level(logging.WARNING, logger="popagent.agent.hooks"):
         result = await _turn_with_a_fact_and_a_recall(
-            memory,
-            threads,
-            chat_model,
-            scripted,
+            rig,
             resource,
             hooks=[Broken(), recorder, AuditHook(memory.pool)],
         )
@@ -240,20 +213,13 @@ async def test_hooks_get_paired_content_free_events_and_a_broken_hook_changes_no
 
 
 async def test_audit_write_failures_never_fail_a_turn(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    database_url: str,
-    caplog: pytest.LogCaptureFixture,
+    rig: AgentRig, resource: str, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    memory = rig.memory
     async with open_pool(database_url, max_size=1) as closed_pool:
         pass  # closed on exit: every audit write through it fails
     with caplog.at_level(logging.WARNING, logger="popagent.agent.audit"):
-        result = await _turn_with_a_fact_and_a_recall(
-            memory, threads, chat_model, scripted, resource, hooks=[AuditHook(closed_pool)]
-        )
+        result = await _turn_with_a_fact_and_a_recall(rig, resource, hooks=[AuditHook(closed_pool)])
     assert result.reply == REPLY
     assert result.episode is not None
     assert await AuditLog(memory.pool).list_audit(resource) == []
@@ -264,12 +230,9 @@ async def test_audit_write_failures_never_fail_a_turn(
 
 
 async def test_model_supplied_names_are_recorded_only_when_they_are_identifiers(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, _, _, scripted = rig
     scripted.script(
         CallTools(
             [
@@ -279,7 +242,7 @@ async def test_model_supplied_names_are_recorded_only_when_they_are_identifiers(
         ),
         Reply("Done."),
     )
-    await Agent(memory, threads, chat_model, tools=[CountingTool()]).run_turn(resource, "s1", "go")
+    await rig.agent(tools=[CountingTool()]).run_turn(resource, "s1", "go")
     rows = [r for r in await AuditLog(memory.pool).list_audit(resource) if r.tool]
     assert {(r.tool, r.argument_names) for r in rows} == {
         ("<invalid>", ("x",)),
@@ -290,14 +253,10 @@ async def test_model_supplied_names_are_recorded_only_when_they_are_identifiers(
 
 
 async def test_list_audit_is_scoped_and_limited(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    other_resource: str,
+    rig: AgentRig, resource: str, other_resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, _, _, scripted = rig
+    agent = rig.agent()
     scripted.script(Reply("one"), Reply("two"), Reply("three"))
     await agent.run_turn(resource, "a", "first")
     await agent.run_turn(resource, "b", "second")

@@ -6,13 +6,10 @@ import uuid
 
 import pytest
 
-import popagent
-from popagent.agent import Agent, SecretScrubber, ToolCallRecord
-from popagent.llm import OpenAIChatModel
+from popagent.agent import SecretScrubber, ToolCallRecord
 from popagent.secrets import SecretStore
-from popagent.threads import ThreadStore
-from tests.agent_support import EchoSecretTool, tables_containing, tool_results
-from tests.scripted_model import CallTools, Reply, ScriptedModelServer
+from tests.agent_support import AgentRig, EchoSecretTool, tables_containing, tool_results
+from tests.scripted_model import CallTools, Reply
 
 
 @pytest.fixture
@@ -28,15 +25,10 @@ def deploy_key() -> str:
 
 
 async def test_a_secret_set_from_the_users_message_is_kept_only_in_the_secret_table(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    secret_store: SecretStore,
-    resource: str,
-    garden: str,
+    rig: AgentRig, secret_store: SecretStore, resource: str, garden: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model, secrets=secret_store)
+    memory, threads, _, scripted = rig
+    agent = rig.agent(secrets=secret_store)
     scripted.script(
         CallTools(
             [("set_secret", {"name": "GARDEN_GATE", "value": garden})],
@@ -77,17 +69,12 @@ async def test_a_secret_set_from_the_users_message_is_kept_only_in_the_secret_ta
 
 
 async def test_a_secret_an_app_tool_used_is_kept_only_in_the_secret_table(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    secret_store: SecretStore,
-    resource: str,
-    deploy_key: str,
+    rig: AgentRig, secret_store: SecretStore, resource: str, deploy_key: str
 ) -> None:
+    memory, _, _, scripted = rig
     await secret_store.set(resource, "DEPLOY_KEY", deploy_key)
     deploy = EchoSecretTool("DEPLOY_KEY")
-    agent = Agent(memory, threads, chat_model, secrets=secret_store, tools=[deploy])
+    agent = rig.agent(secrets=secret_store, tools=[deploy])
     scripted.script(CallTools([("deploy", {})]), Reply("Deployed."))
     result = await agent.run_turn(resource, "s1", "Deploy the site please")
     assert deploy.seen == [deploy_key]  # tool code got the real value
@@ -101,17 +88,12 @@ async def test_a_secret_an_app_tool_used_is_kept_only_in_the_secret_table(
 
 
 async def test_a_stored_secret_typed_again_is_scrubbed_without_any_tool(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    secret_store: SecretStore,
-    resource: str,
-    garden: str,
+    rig: AgentRig, secret_store: SecretStore, resource: str, garden: str
 ) -> None:
+    memory, _, _, scripted = rig
     await secret_store.set(resource, "GARDEN_GATE", garden)
     scripted.script(Reply(f"Yes, {garden} is the code you stored."))
-    result = await Agent(memory, threads, chat_model, secrets=secret_store).run_turn(
+    result = await rig.agent(secrets=secret_store).run_turn(
         resource, "s1", f"Is {garden} still my gate code?"
     )
     assert garden in result.reply  # the caller gets the reply as the model wrote it
@@ -121,16 +103,14 @@ async def test_a_stored_secret_typed_again_is_scrubbed_without_any_tool(
 
 
 async def test_list_and_delete_secret_tools_show_names_only(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
+    rig: AgentRig,
     secret_store: SecretStore,
     resource: str,
     deploy_key: str,
     garden: str,
     other_resource: str,
 ) -> None:
+    scripted = rig.scripted
     await secret_store.set(resource, "GARDEN_GATE", garden)
     await secret_store.set(resource, "DEPLOY_KEY", deploy_key)
     await secret_store.set(other_resource, "OTHER", "other-value-1234")
@@ -145,7 +125,7 @@ async def test_list_and_delete_secret_tools_show_names_only(
         ),
         Reply("Done."),
     )
-    await Agent(memory, threads, chat_model, secrets=secret_store).run_turn(
+    await rig.agent(secrets=secret_store).run_turn(
         resource, "s1", "Show my secrets and drop the deploy key"
     )
     assert tool_results(scripted.requests[-1]) == [
@@ -158,20 +138,13 @@ async def test_list_and_delete_secret_tools_show_names_only(
 
 
 async def test_a_refused_secret_value_is_still_scrubbed(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    secret_store: SecretStore,
-    resource: str,
-    garden: str,
+    rig: AgentRig, secret_store: SecretStore, resource: str, garden: str
 ) -> None:
+    memory, _, _, scripted = rig
     scripted.script(
         CallTools([("set_secret", {"name": "bad name", "value": garden})]), Reply("Could not.")
     )
-    await Agent(memory, threads, chat_model, secrets=secret_store).run_turn(
-        resource, "s1", f"store {garden} please"
-    )
+    await rig.agent(secrets=secret_store).run_turn(resource, "s1", f"store {garden} please")
     (text,) = tool_results(scripted.requests[-1])
     assert text.startswith("Refused: name: must be 1 to 64 characters")
     assert await secret_store.list(resource) == []

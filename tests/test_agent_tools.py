@@ -11,7 +11,6 @@ import pytest
 import popagent
 from popagent.agent import (
     SUPERVISOR_GUIDANCE,
-    Agent,
     AuditHook,
     AuditLog,
     RememberTool,
@@ -23,25 +22,19 @@ from popagent.agent import (
 from popagent.agent.remember import REMEMBER_SPEC
 from popagent.agent.turn import recorded_call_id
 from popagent.errors import TurnFailedError, ValidationError
-from popagent.llm import OpenAIChatModel
 from popagent.models import Provenance
 from popagent.secrets import SecretStore
-from popagent.threads import ThreadStore
-from tests.agent_support import CountingTool, offered_tools, tool_results
-from tests.scripted_model import CallTools, Reply, ScriptedModelServer
+from tests.agent_support import AgentRig, CountingTool, offered_tools, tool_results
+from tests.scripted_model import CallTools, Reply
 
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 async def test_remember_ignores_a_model_supplied_resource_and_writes_nothing(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    other_resource: str,
+    rig: AgentRig, resource: str, other_resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, _, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": "Likes jazz", "resource_id": other_resource})]),
         Reply("Sorry, that did not work."),
@@ -56,13 +49,10 @@ async def test_remember_ignores_a_model_supplied_resource_and_writes_nothing(
 
 
 async def test_remember_writes_to_the_turns_resource_and_session(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, _, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": "Prefers dark mode", "key": "UI.Theme"})]),
         Reply("Saved."),
@@ -94,20 +84,13 @@ async def test_remember_writes_to_the_turns_resource_and_session(
     assert len(await memory.list_facts(resource)) == 1
 
 
-async def test_remember_refuses_a_credential_and_says_why(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_remember_refuses_a_credential_and_says_why(rig: AgentRig, resource: str) -> None:
+    memory, _, _, scripted = rig
     scripted.script(
         CallTools([("remember", {"content": f"GitHub token is {TOKEN}"})]),
         Reply("I will not store that as a memory."),
     )
-    result = await Agent(memory, threads, chat_model).run_turn(
-        resource, "s1", "Remember my GitHub token please"
-    )
+    result = await rig.agent().run_turn(resource, "s1", "Remember my GitHub token please")
     assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
     (text,) = tool_results(scripted.requests[-1])
     assert text.startswith("Refused, nothing was stored: content: looks like it contains a")
@@ -128,43 +111,32 @@ async def test_remember_refuses_a_credential_and_says_why(
     ],
 )
 async def test_remember_arguments_are_checked_before_it_runs(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    arguments: dict[str, Any],
-    reason: str,
+    rig: AgentRig, resource: str, arguments: dict[str, Any], reason: str
 ) -> None:
+    memory, _, _, scripted = rig
     scripted.script(CallTools([("remember", arguments)]), Reply("Hm."))
-    result = await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    result = await rig.agent().run_turn(resource, "s1", "I like tea")
     assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
     assert tool_results(scripted.requests[-1]) == [f"Refused, the tool did not run: {reason}."]
     assert await memory.list_facts(resource) == []
 
 
 async def test_validation_beyond_the_schema_is_the_write_paths_own(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    scripted = rig.scripted
     # Whitespace-only content passes the schema but not the fact rules.
     scripted.script(CallTools([("remember", {"content": "   ", "key": "a key"})]), Reply("Hm."))
-    await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    await rig.agent().run_turn(resource, "s1", "I like tea")
     assert tool_results(scripted.requests[-1]) == [
         "Refused, nothing was stored: content: is required and must not be empty"
     ]
 
 
 async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, _, _, scripted = rig
     refusal = (
         "Refused, nothing was stored: expires_at: must be an ISO 8601 time with a time zone, "
         "e.g. 2030-06-30T18:00:00+00:00"
@@ -178,7 +150,7 @@ async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
         scripted.script(
             CallTools([("remember", {"content": "In Lisbon", "expires_at": value})]), Reply("Hm.")
         )
-        result = await Agent(memory, threads, chat_model).run_turn(resource, f"s{n}", "I'm away")
+        result = await rig.agent().run_turn(resource, f"s{n}", "I'm away")
         assert result.tool_calls == (ToolCallRecord("remember", "refused"),), value
         assert tool_results(scripted.requests[-1]) == [expected], value
     assert await memory.list_facts(resource) == []
@@ -194,7 +166,7 @@ async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
         ),
         Reply("Noted."),
     )
-    await Agent(memory, threads, chat_model).run_turn(resource, "s9", "I'm in Lisbon until June")
+    await rig.agent().run_turn(resource, "s9", "I'm in Lisbon until June")
     (fact,) = await memory.list_facts(resource)
     assert fact.expires_at == datetime(2099, 6, 30, 16, tzinfo=UTC)
     assert tool_results(scripted.requests[-1]) == [
@@ -206,12 +178,9 @@ async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
 
 
 async def test_unknown_tool_and_invalid_json_become_results_not_failures(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, _, _, scripted = rig
     scripted.script(
         CallTools(
             [
@@ -222,7 +191,7 @@ async def test_unknown_tool_and_invalid_json_become_results_not_failures(
         ),
         Reply("Those did not work."),
     )
-    result = await Agent(memory, threads, chat_model).run_turn(resource, "s1", "I like tea")
+    result = await rig.agent().run_turn(resource, "s1", "I like tea")
     assert result.reply == "Those did not work."
     assert result.tool_calls == (
         ToolCallRecord("fly_to_moon", "error"),
@@ -239,15 +208,10 @@ async def test_unknown_tool_and_invalid_json_become_results_not_failures(
     assert result.episode is not None
 
 
-async def test_tool_loop_is_bounded(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_tool_loop_is_bounded(rig: AgentRig, resource: str) -> None:
+    memory, threads, _, scripted = rig
     ping = CountingTool()
-    agent = Agent(memory, threads, chat_model, tools=[ping], max_tool_rounds=3)
+    agent = rig.agent(tools=[ping], max_tool_rounds=3)
     scripted.script(*[CallTools([("ping", {})]) for _ in range(3)])
     with pytest.raises(TurnFailedError, match="still calling tools after 3 model calls") as caught:
         await agent.run_turn(resource, "s1", "ping forever")
@@ -268,7 +232,7 @@ async def test_tool_loop_is_bounded(
     # The next turn of the session still sends a valid conversation: the
     # unanswered calls of the last round are left out of its history.
     scripted.script(Reply("Fine."))
-    await Agent(memory, threads, chat_model, tools=[ping]).run_turn(resource, "s1", "stop")
+    await rig.agent(tools=[ping]).run_turn(resource, "s1", "stop")
     messages = [m for m in scripted.requests[-1]["messages"] if m["role"] != "system"]
     assert [m["role"] for m in messages] == [
         "user",
@@ -281,31 +245,22 @@ async def test_tool_loop_is_bounded(
     assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["call_0", "call_0"]
 
 
-async def test_default_rounds_allow_eight_model_calls(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_default_rounds_allow_eight_model_calls(rig: AgentRig, resource: str) -> None:
+    scripted = rig.scripted
     ping = CountingTool()
-    agent = Agent(memory, threads, chat_model, tools=[ping])
+    agent = rig.agent(tools=[ping])
     scripted.script(*[CallTools([("ping", {})]) for _ in range(7)], Reply("Done pinging."))
     result = await agent.run_turn(resource, "s1", "ping seven times")
     assert (result.model_calls, ping.calls, result.reply) == (8, 7, "Done pinging.")
 
 
 async def test_secret_tools_are_offered_only_with_a_secret_store(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    secret_store: SecretStore,
-    resource: str,
+    rig: AgentRig, secret_store: SecretStore, resource: str
 ) -> None:
+    scripted = rig.scripted
     scripted.script(Reply("a"), Reply("b"))
-    await Agent(memory, threads, chat_model, tools=[CountingTool()]).run_turn(resource, "s1", "hi")
-    await Agent(memory, threads, chat_model, secrets=secret_store).run_turn(resource, "s1", "hi")
+    await rig.agent(tools=[CountingTool()]).run_turn(resource, "s1", "hi")
+    await rig.agent(secrets=secret_store).run_turn(resource, "s1", "hi")
     without, with_store = (offered_tools(r) for r in scripted.requests)
     assert without == ["remember", "ping"]
     assert with_store == ["remember", "set_secret", "list_secrets", "delete_secret"]

@@ -11,36 +11,25 @@ import pytest
 import popagent
 from popagent.agent import (
     SUPERVISOR_GUIDANCE,
-    Agent,
     RecentMessages,
     ToolCallRecord,
     to_chat_messages,
 )
 from popagent.errors import TurnFailedError, ValidationError
-from popagent.llm import ChatMessage, ModelError, OpenAIChatModel, ToolCall
+from popagent.llm import ChatMessage, ModelError, ToolCall
 from popagent.memory.render import HEADER
 from popagent.models import Message
-from popagent.threads import ThreadStore
-from tests.agent_support import offered_tools, system_texts
-from tests.scripted_model import CallTools, Fail, Reply, ScriptedModelServer
+from tests.agent_support import AgentRig, offered_tools, system_texts
+from tests.scripted_model import CallTools, Fail, Reply
 
 DARK = "Prefers dark mode in every app"
 
 
-def _agent(
-    memory: popagent.LongTermMemory, threads: ThreadStore, model: OpenAIChatModel, **kw: object
-) -> Agent:
-    return Agent(memory, threads, model, **kw)  # type: ignore[arg-type]
-
-
 async def test_preference_from_session_1_is_recalled_labelled_in_session_2(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = _agent(memory, threads, chat_model)
+    memory, _, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": DARK, "key": "ui.theme", "importance": 0.8})]),
         Reply("Noted: dark mode from now on."),
@@ -76,14 +65,9 @@ async def test_preference_from_session_1_is_recalled_labelled_in_session_2(
     assert offered_tools(request) == ["remember"]
 
 
-async def test_deleting_session_1_keeps_the_fact(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    agent = _agent(memory, threads, chat_model)
+async def test_deleting_session_1_keeps_the_fact(rig: AgentRig, resource: str) -> None:
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(CallTools([("remember", {"content": DARK, "key": "ui.theme"})]), Reply("Ok."))
     await agent.run_turn(resource, "s1", "I want dark mode everywhere.")
     await threads.delete_session(resource, "s1")
@@ -102,14 +86,10 @@ async def test_deleting_session_1_keeps_the_fact(
     ids=["transient-until-retries-run-out", "permanent"],
 )
 async def test_failed_model_call_stores_no_episode_and_raises(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    failures: list[Fail],
+    rig: AgentRig, resource: str, failures: list[Fail]
 ) -> None:
-    agent = _agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(*failures, Reply("never sent"))
     with pytest.raises(TurnFailedError, match="model call failed") as caught:
         await agent.run_turn(resource, "s1", "Tell me about the weather")
@@ -123,17 +103,12 @@ async def test_failed_model_call_stores_no_episode_and_raises(
     assert [(m.role, m.content) for m in messages] == [("user", "Tell me about the weather")]
 
 
-async def test_episode_caps_apply_to_real_turns(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_episode_caps_apply_to_real_turns(rig: AgentRig, resource: str) -> None:
+    memory, threads, _, scripted = rig
     user_text = " ".join(f"u{i:04d}" for i in range(1000))  # 5,999 characters
     reply = " ".join(f"a{i:04d}" for i in range(1500))  # 8,999 characters
     scripted.script(Reply(reply))
-    result = await _agent(memory, threads, chat_model).run_turn(resource, "s1", user_text)
+    result = await rig.agent().run_turn(resource, "s1", user_text)
     assert result.reply == reply
     assert result.episode is not None
     user_part, assistant_part = result.episode.content.split("\nAssistant: ")
@@ -152,14 +127,10 @@ async def test_episode_caps_apply_to_real_turns(
 
 
 async def test_resources_never_see_each_others_memories(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    other_resource: str,
+    rig: AgentRig, resource: str, other_resource: str
 ) -> None:
-    agent = _agent(memory, threads, chat_model)
+    memory, _, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": "Lives in Lisbon by the river", "key": "home"})]),
         Reply("Lisbon noted."),
@@ -181,14 +152,9 @@ async def test_resources_never_see_each_others_memories(
     ]
 
 
-async def test_history_replays_tool_calls_and_results(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    agent = _agent(memory, threads, chat_model)
+async def test_history_replays_tool_calls_and_results(rig: AgentRig, resource: str) -> None:
+    _, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": DARK})], text="Saving."), Reply("Saved."), Reply("Hi")
     )
@@ -220,16 +186,11 @@ async def test_history_replays_tool_calls_and_results(
     )
 
 
-async def test_a_history_window_never_starts_on_a_tool_result(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_a_history_window_never_starts_on_a_tool_result(rig: AgentRig, resource: str) -> None:
+    scripted = rig.scripted
     # Three earlier messages would cut the last tool group in half: the window
     # (tool result, assistant) must drop the orphaned result.
-    agent = _agent(memory, threads, chat_model, history=RecentMessages(limit=2))
+    agent = rig.agent(history=RecentMessages(limit=2))
     scripted.script(CallTools([("remember", {"content": DARK})]), Reply("Saved."), Reply("Hi"))
     await agent.run_turn(resource, "s1", "I like dark mode.")
     await agent.run_turn(resource, "s1", "Hello again")
@@ -265,14 +226,10 @@ def test_to_chat_messages_keeps_only_complete_tool_groups() -> None:
 
 
 async def test_streaming_turn_gives_the_same_result(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    other_resource: str,
+    rig: AgentRig, resource: str, other_resource: str
 ) -> None:
-    agent = _agent(memory, threads, chat_model)
+    _, threads, _, scripted = rig
+    agent = rig.agent()
     reply = "Dark mode it is, for every app you use."
     script = (CallTools([("remember", {"content": DARK})], text="One moment. "), Reply(reply))
     scripted.script(*script)
@@ -297,18 +254,11 @@ async def test_streaming_turn_gives_the_same_result(
     assert stored[-1].content == reply
 
 
-async def test_turn_result_accounts_for_time(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_turn_result_accounts_for_time(rig: AgentRig, resource: str) -> None:
+    memory, _, _, scripted = rig
     await memory.remember(resource, "Grows tomatoes on the balcony")
     scripted.script(Reply("Tomatoes."))
-    result = await _agent(memory, threads, chat_model).run_turn(
-        resource, "s1", "What do I grow on my balcony?"
-    )
+    result = await rig.agent().run_turn(resource, "s1", "What do I grow on my balcony?")
     t = result.timings
     assert t.model_ms > 0 and t.recall_ms > 0
     assert t.overhead_ms == pytest.approx(t.total_ms - t.model_ms)
@@ -329,47 +279,34 @@ async def test_turn_result_accounts_for_time(
     ],
 )
 async def test_bad_input_is_refused_before_anything_is_written(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    resource_id: str,
-    session_id: str,
-    user_text: str,
-    field: str,
+    rig: AgentRig, resource: str, resource_id: str, session_id: str, user_text: str, field: str
 ) -> None:
+    _, threads, _, scripted = rig
     resource_id = resource_id and resource
     with pytest.raises(ValidationError) as caught:
-        await _agent(memory, threads, chat_model).run_turn(resource_id, session_id, user_text)
+        await rig.agent().run_turn(resource_id, session_id, user_text)
     assert caught.value.field == field
     assert scripted.requests == []
     if resource_id:
         assert await threads.list_sessions(resource_id) == []
 
 
-def test_agent_settings_are_checked(
-    memory: popagent.LongTermMemory, threads: ThreadStore, chat_model: OpenAIChatModel
-) -> None:
+def test_agent_settings_are_checked(rig: AgentRig) -> None:
     with pytest.raises(ValidationError, match="max_tool_rounds"):
-        _agent(memory, threads, chat_model, max_tool_rounds=0)
+        rig.agent(max_tool_rounds=0)
     with pytest.raises(ValidationError, match="recall_limit"):
-        _agent(memory, threads, chat_model, recall_limit=0)
+        rig.agent(recall_limit=0)
     with pytest.raises(ValueError, match="two tools are named 'remember'"):
-        _agent(memory, threads, chat_model, tools=[popagent.agent.RememberTool()])
+        rig.agent(tools=[popagent.agent.RememberTool()])
 
 
 @pytest.mark.parametrize("user_text", ["???", "the and of", "😀"])
 async def test_a_turn_without_searchable_words_still_runs(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    user_text: str,
+    rig: AgentRig, resource: str, user_text: str
 ) -> None:
+    memory, _, _, scripted = rig
     await memory.remember(resource, DARK)
     scripted.script(Reply("Could you say more?"))
-    result = await _agent(memory, threads, chat_model).run_turn(resource, "s1", user_text)
+    result = await rig.agent().run_turn(resource, "s1", user_text)
     assert result.reply == "Could you say more?"
     assert result.episode is not None

@@ -31,6 +31,7 @@ from popagent.store import observations as obs_sql
 from popagent.store.backup import tool_path
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
+from tests.observe_support import insert_observed
 
 REPO = Path(__file__).parents[1]
 
@@ -157,24 +158,14 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
             )
             await threads.append_message(resource, sid, "user", "A message outside any turn")
             async with memory.pool.connection() as conn, conn.transaction():
-                log = await obs_sql.insert_log(
+                await insert_observed(
                     conn,
                     resource,
                     "s1",
-                    generation=0,
-                    origin="observation",
-                    observations="* User plans a trip to Porto",
-                    observation_tokens=7,
-                    last_observed_message_id=last.id,
-                )
-                await obs_sql.insert_group(
-                    conn,
-                    log,
-                    kind="observation",
-                    first_message_id=first.id,
-                    last_message_id=last.id,
-                    observations="* User plans a trip to Porto",
-                    observation_tokens=7,
+                    first.id,
+                    last.id,
+                    "* User plans a trip to Porto",
+                    tokens=7,
                     message_tokens=12,
                 )
                 await obs_sql.record_actor(conn, resource, "s1", "observer-test")

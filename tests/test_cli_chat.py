@@ -9,18 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 from popagent.agent import OBSERVATIONS_LABEL
-from popagent.cli import main
 from popagent.memory.render import HEADER
 from popagent.secrets import KEY_ENV, KEY_FILE_ENV, generate_key
 from tests.agent_support import offered_tools, system_texts
+from tests.cli_support import Env, invoke
 from tests.observe_support import OBSERVE, is_observer, is_reflector
 from tests.scripted_model import CallTools, Fail, Reply, Respond, ScriptedModelServer, Step
 
 DARK = "Prefers dark mode in every app"
-Env = dict[str, str | None]
 
 
 @pytest.fixture
@@ -41,16 +39,6 @@ def env(scripted: ScriptedModelServer) -> Env:
         KEY_ENV: generate_key(),
         KEY_FILE_ENV: None,
     }
-
-
-def invoke(url: str, res: str, env: Env, *args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(
-        main,
-        ["--database-url", url, "--resource-id", res, *args],
-        input=input,
-        env=env,
-        catch_exceptions=False,
-    )
 
 
 def after(output: str, typed: str) -> str:

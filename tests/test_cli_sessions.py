@@ -8,15 +8,14 @@ import re
 import uuid
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 import popagent
-from popagent.cli import main
 from popagent.secrets import KEY_ENV, KEY_FILE_ENV, SecretStore, generate_key, load_cipher
+from tests.cli_support import Env, invoke
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 
 DARK = "Prefers dark mode in every app"
-Env = dict[str, str | None]
 
 
 @pytest.fixture
@@ -38,16 +37,6 @@ def env(scripted: ScriptedModelServer, key: str) -> Env:
         KEY_ENV: key,
         KEY_FILE_ENV: None,
     }
-
-
-def invoke(url: str, res: str, env: Env, *args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(
-        main,
-        ["--database-url", url, "--resource-id", res, *args],
-        input=input,
-        env=env,
-        catch_exceptions=False,
-    )
 
 
 def test_sessions_list_show_rename_and_delete_which_keeps_the_fact(

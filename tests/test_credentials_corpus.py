@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
 from popagent.agent import Agent
@@ -37,7 +34,13 @@ from popagent.web import ServerConfig, create_app
 from tests.agent_support import CountingTool
 from tests.credential_corpus import CORPUS, ORDINARY, Secret
 from tests.mcp_support import stdio_params, text_of
-from tests.observe_support import is_observer, is_reflector, reflector_input, user_text
+from tests.observe_support import (
+    is_observer,
+    is_reflector,
+    reflector_input,
+    update_settings,
+    user_text,
+)
 from tests.scripted_model import CallTools, Reply, Respond, ScriptedModelServer
 from tests.web_support import in_process
 
@@ -116,29 +119,6 @@ def test_invisible_characters_inside_a_key_are_refused_and_trimmed_from_content(
 
 
 # --- a database of the test's own, and the scan -----------------------------------------------
-
-
-@pytest.fixture
-def scratch_url(database_url: str) -> Iterator[str]:
-    """A fresh database on the suite's server; dropped after the test."""
-    name = f"popagent_corpus_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(database_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
-@pytest.fixture
-async def scratch(scratch_url: str) -> AsyncIterator[popagent.LongTermMemory]:
-    async with popagent.connect(scratch_url, max_size=8) as ltm:
-        yield ltm
 
 
 _TEXT_TYPES = ("text", "character varying", "character", "jsonb", "json", "ARRAY", "tsvector")
@@ -400,12 +380,12 @@ async def test_observer_input_and_stored_observations_hold_no_secret(
     scripted: ScriptedModelServer,
 ) -> None:
     memory = scratch
-    await MemorySettingsStore(memory.pool).update(
+    await update_settings(
+        memory,
         RESOURCE,
         observation_threshold_tokens=100,
         retained_context_percent=10,
         reflection_threshold_tokens=1_000_000,
-        observation_buffer_percent=None,
     )
     # A thread holding secrets: rows written before the screen existed (inserted
     # directly, as they were), then messages written through the screen.

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-import popagent
 from popagent import LongTermMemory
-from popagent.embed import OpenAIEmbedder
 from popagent.errors import ConflictError, NotFoundError, ValidationError
 from popagent.models import Provenance
-
-from .embedding_server import EmbeddingServer
 
 
 async def version_rows(memory: LongTermMemory, resource: str) -> list[dict[str, Any]]:
@@ -51,24 +46,6 @@ async def memory_rows(memory: LongTermMemory, resource: str) -> list[dict[str, A
             "SELECT * FROM popagent_memories WHERE resource_id = %s ORDER BY id", (resource,)
         )
         return list(await cur.fetchall())
-
-
-@pytest.fixture
-def embedding_server() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer(dimensions=64) as server:
-        yield server
-
-
-@pytest.fixture
-async def semantic(
-    database_url: str, embedding_server: EmbeddingServer
-) -> AsyncIterator[LongTermMemory]:
-    embedder = OpenAIEmbedder(
-        "scripted", base_url=embedding_server.base_url, name="scripted-64", max_retries=0
-    )
-    async with popagent.connect(database_url, embedder=embedder, max_size=4) as memory:
-        yield memory
-    await embedder.aclose()
 
 
 # --- versions -------------------------------------------------------------------------------

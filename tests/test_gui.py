@@ -26,7 +26,6 @@ import popagent
 from popagent.llm import OpenAIChatModel
 from popagent.observe.settings import SETTINGS
 from popagent.observe.settings_store import MemorySettingsStore
-from popagent.store import observations as obs_sql
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.gui import ROUTERS
@@ -35,16 +34,11 @@ from popagent.web.gui.login import local_path
 from popagent.web.gui.pages_settings import group_settings
 from popagent.web.middleware import TOKEN_COOKIE
 from tests.gui_support import csrf_token, field_error, post_form
+from tests.observe_support import insert_observed
 from tests.scripted_model import Reply, ScriptedModelServer
 from tests.web_support import api_client, count_rows, in_process
 
 TOKEN = "gui-test-token-0123456789"
-
-
-@pytest.fixture
-async def gui(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(memory, resource) as client:
-        yield client
 
 
 def memory_id(location: str) -> int:
@@ -503,24 +497,14 @@ async def test_session_history_observations_rename_delete(
         )
         ids.append(message.id)
     async with memory.pool.connection() as conn:
-        log = await obs_sql.insert_log(
+        await insert_observed(
             conn,
             resource,
             "chat 1",
-            generation=0,
-            origin="observation",
-            observations="* User counts messages",
-            observation_tokens=5,
-            last_observed_message_id=ids[9],
-        )
-        await obs_sql.insert_group(
-            conn,
-            log,
-            kind="observation",
-            first_message_id=ids[0],
-            last_message_id=ids[9],
-            observations="* User counts messages",
-            observation_tokens=5,
+            ids[0],
+            ids[9],
+            "* User counts messages",
+            tokens=5,
             message_tokens=50,
         )
     await memory.remember(resource, "Survives the session")
@@ -575,13 +559,8 @@ async def test_chat_form_fallback_runs_a_turn(
     scripted: ScriptedModelServer,
     chat_model: OpenAIChatModel,
 ) -> None:
-    app = create_app(
-        ServerConfig(resource_id=resource, maintenance_interval_s=None),
-        memory=memory,
-        model=chat_model,
-    )
     scripted.script(Reply("Hello from the model."))
-    async with in_process(app) as client:
+    async with api_client(memory, resource, chat_model) as client:
         response = await post_form(client, "/chat/s-1", {"message": "Hi there"})
         assert response.status_code == 303
         assert response.headers["location"] == "/chat/s-1"

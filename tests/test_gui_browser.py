@@ -33,7 +33,7 @@ from popagent.observe.settings_store import MemorySettingsStore
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
 from tests.scripted_model import Fail, Reply, ScriptedModelServer
-from tests.web_support import scripted_settings, uvicorn_server
+from tests.web_support import count_rows, scripted_settings, uvicorn_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -116,16 +116,6 @@ async def open_page(browser: Browser, *, width: int = 1100, height: int = 900) -
 async def screenshot(page: Page, folder: Path, name: str) -> None:
     image = await page.screenshot(path=str(folder / name), full_page=True)
     assert image.startswith(b"\x89PNG")
-
-
-async def count_rows(memory: popagent.LongTermMemory, resource_id: str) -> int:
-    async with memory.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM popagent_memories WHERE resource_id = %s", (resource_id,)
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row["n"])
 
 
 # --- facts and episodes -----------------------------------------------------------------------

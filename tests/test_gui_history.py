@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
@@ -24,37 +22,13 @@ import popagent
 from popagent.models import Provenance
 from popagent.threads import ThreadStore
 from tests.gui_support import field_error, post_form
-from tests.web_support import api_client, count_rows
-
-
-@pytest.fixture
-async def gui(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(memory, resource) as client:
-        yield client
+from tests.web_support import count_rows, memory_state
 
 
 def memory_id(location: str) -> int:
     match = re.fullmatch(r"/memories/(\d+)\?notice=[a-z-]+(&version=\d+)?", location)
     assert match, location
     return int(match.group(1))
-
-
-async def state(memory: popagent.LongTermMemory, resource_id: str) -> tuple[Any, ...]:
-    """Every memory and version of ``resource_id``: a refusal must leave it exactly so."""
-    async with memory.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, key, content, importance, expires_at, version, origin, updated_at"
-            " FROM popagent_memories WHERE resource_id = %s ORDER BY id",
-            (resource_id,),
-        )
-        memories = [tuple(r.values()) for r in await cur.fetchall()]
-        cur = await conn.execute(
-            "SELECT fact_id, version, content, ended FROM popagent_fact_versions"
-            " WHERE resource_id = %s ORDER BY fact_id, version",
-            (resource_id,),
-        )
-        versions = [tuple(r.values()) for r in await cur.fetchall()]
-    return tuple(memories), tuple(versions)
 
 
 def form(
@@ -142,13 +116,13 @@ async def test_an_expiry_left_as_shown_stays_as_stored(
     shown = (await gui.get(f"/facts/{fact.id}/edit")).text
     value = re.search(r'id="expires_at" name="expires_at" value="([^"]+)"', shown)
     assert value and value.group(1) == when.strftime("%Y-%m-%dT%H:%M:%S")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     # Submitting the form unchanged is no change at all: no version, same expiry.
     same = await post_form(
         gui, f"/facts/{fact.id}", form("Visiting Kyoto", expires_at=value.group(1))
     )
     assert same.status_code == 303
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
     assert (await memory.get_fact(resource, fact.id)).expires_at == when
 
 
@@ -196,11 +170,11 @@ async def test_bad_expiry_is_inline_and_nothing_is_written(
     assert message in field_error(response.text, "expires_at")
     assert await count_rows(memory, resource) == 0
     fid = await create(gui, "Stays")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await post_form(gui, f"/facts/{fid}", form("Changed", expires_at=expires_at))
     assert response.status_code == 422
     assert message in field_error(response.text, "expires_at")
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 # --- history and restore ----------------------------------------------------------------------
@@ -232,11 +206,11 @@ async def test_restore_needs_a_version_number(
 ) -> None:
     fid = await create(gui, "First")
     await post_form(gui, f"/facts/{fid}", form("Second"))
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await post_form(gui, f"/facts/{fid}/restore", {"version": version})
     assert response.status_code == 422
     assert "version" in response.text
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_restore_refusals_write_nothing(
@@ -245,7 +219,7 @@ async def test_restore_refusals_write_nothing(
     fid = await create(gui, "Likes jazz", key="music")
     await post_form(gui, f"/facts/{fid}", form("Likes jazz", key="music.old"))
     await create(gui, "Likes techno", key="music")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     conflict = await post_form(gui, f"/facts/{fid}/restore", {"version": "1"})
     assert conflict.status_code == 409
     assert "Conflict" in conflict.text
@@ -255,7 +229,7 @@ async def test_restore_refusals_write_nothing(
     assert no_csrf.status_code == 403
     extra = await post_form(gui, f"/facts/{fid}/restore", {"version": "1", "resource_id": "x"})
     assert extra.status_code == 422
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_delete_keeps_history_and_restores_from_the_history_page(
@@ -291,7 +265,7 @@ async def test_delete_with_purge_leaves_no_history(
     purged = await post_form(gui, f"/facts/{fid}/delete", {"purge": "yes"})
     assert purged.headers["location"] == "/?notice=fact-purged"
     assert "Fact and its history deleted." in (await gui.get(purged.headers["location"])).text
-    assert await state(memory, resource) == ((), ())
+    assert await memory_state(memory, resource) == ((), ())
     assert (await gui.get(f"/facts/{fid}/history")).status_code == 404
 
 
@@ -319,7 +293,7 @@ async def test_session_writes_and_revert_with_confirmation(
     assert f'href="/facts/{home}/history#version-1">history</a>' in html
     assert 'href="/sessions/s-1/revert"' in html
 
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     confirm = await gui.get("/sessions/s-1/revert")
     assert confirm.status_code == 200
     assert 'name="confirm" value="yes"' in confirm.text
@@ -330,7 +304,7 @@ async def test_session_writes_and_revert_with_confirmation(
     assert no_csrf.status_code == 403
     unknown = await post_form(gui, "/sessions/nobody/revert", {"confirm": "yes"})
     assert unknown.status_code == 404
-    assert await state(memory, resource) == before  # nothing so far has written
+    assert await memory_state(memory, resource) == before  # nothing so far has written
 
     reverted = await post_form(gui, "/sessions/s-1/revert", {"confirm": "yes"})
     assert reverted.status_code == 303

@@ -43,6 +43,8 @@ from popagent.mcp.lines import MAX_LINE_BYTES
 from popagent.mcp.shapes import StructuredSlot
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
+from tests.db_support import RESOURCE_DIGESTS
+from tests.fault_support import pid_alive
 from tests.hostile_corpus import (
     REFUSE,
     ApiCase,
@@ -64,17 +66,6 @@ _TABLES = """
 SELECT table_name FROM information_schema.tables
  WHERE table_schema = current_schema() AND table_name LIKE 'popagent%%' ORDER BY table_name
 """
-_RESOURCE_ROWS = """
-SELECT
-  (SELECT coalesce(md5(string_agg(concat_ws('|', id, kind, key, content, importance, updated_at), ',' ORDER BY id)), '')
-     FROM popagent_memories WHERE resource_id = %(r)s) AS memories,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', session_id, title, updated_at), ',' ORDER BY session_id)), '')
-     FROM popagent_sessions WHERE resource_id = %(r)s) AS sessions,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', id, content), ',' ORDER BY id)), '')
-     FROM popagent_messages WHERE resource_id = %(r)s) AS messages,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', version, updated_at), ',')), '')
-     FROM popagent_memory_settings WHERE resource_id = %(r)s) AS settings
-"""
 
 
 def snapshot(conn: psycopg.Connection[dict[str, Any]], *resources: str) -> dict[str, Any]:
@@ -84,7 +75,7 @@ def snapshot(conn: psycopg.Connection[dict[str, Any]], *resources: str) -> dict[
     counts = {t: conn.execute(count.format(sql.Identifier(t))).fetchone() for t in tables}
     state: dict[str, Any] = {t: row["n"] if row else None for t, row in counts.items()}
     for r in resources:
-        state[f"rows of {r}"] = conn.execute(_RESOURCE_ROWS, {"r": r}).fetchone()
+        state[f"rows of {r}"] = conn.execute(RESOURCE_DIGESTS, {"r": r}).fetchone()
     return state
 
 
@@ -552,12 +543,8 @@ def _pid_files(data_dir: Path) -> list[Path]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     # A zombie child of nobody we know still answers kill(0); ask /proc.
     try:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -36,9 +36,9 @@ RECALL = ToolSpec(
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedModelServer]:
-    with ScriptedModelServer() as scripted:
-        yield scripted
+def server(scripted: ScriptedModelServer) -> ScriptedModelServer:
+    """The suite's scripted model server (``conftest.py``), by this file's name for it."""
+    return scripted
 
 
 @pytest.fixture

@@ -34,18 +34,8 @@ from popagent.mcp import (
 from popagent.mcp.guidance import FALLIBLE, WORTH_REMEMBERING
 from popagent.mcp.server import RESOURCE_HINT
 from tests.agent_support import audit_text
-from tests.mcp_support import stdio_params, text_of
+from tests.mcp_support import TOOLS, stdio_params, text_of
 
-TOOLS = [
-    "remember",
-    "recall",
-    "list_facts",
-    "forget_fact",
-    "fact_history",
-    "restore_fact",
-    "list_episodes",
-    "get_episode",
-]
 THEME = "Prefers dark mode in every app"
 CITY = "Lives in Ghent and cycles to work"
 SECRET = "My OpenAI API key is sk-proj-abcdefghijklmnopqrstuvwxyz123456"

@@ -21,18 +21,8 @@ from popagent.errors import ValidationError
 from popagent.mcp import SESSION_PREFIX, MemoryServer, http_app
 from popagent.mcp.server import RESOURCE_HINT
 from tests.agent_support import audit_text
-from tests.mcp_support import http_server, text_of
+from tests.mcp_support import TOOLS, http_server, text_of
 
-TOOLS = [
-    "remember",
-    "recall",
-    "list_facts",
-    "forget_fact",
-    "fact_history",
-    "restore_fact",
-    "list_episodes",
-    "get_episode",
-]
 THEME = "Prefers dark mode in every app"
 TOKEN = "correct-horse-battery-staple-42"
 INITIALIZE = {

@@ -5,13 +5,15 @@ real PostgreSQL, the real client, the scripted model server answering as Observe
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import popagent
-from popagent.agent import OBSERVATIONS_LABEL, Agent, ObservationalHistory
+from popagent.agent import OBSERVATIONS_LABEL, ObservationalHistory
 from popagent.agent.history import HistoryRequest
 from popagent.llm import ModelSettings, OpenAIChatModel
 from popagent.models import Message, ObservationGroup, Role
@@ -21,7 +23,7 @@ from popagent.observe.observer import ObservationFailed
 from popagent.observe.tokens import count_message
 from popagent.store import observations as obs_sql
 from popagent.threads import ThreadStore
-from tests.agent_support import system_texts
+from tests.agent_support import AgentRig, system_texts
 from tests.observe_support import (
     OBSERVE,
     is_observer,
@@ -113,6 +115,24 @@ class Thread:
         assert not self.history.buffer_errors
 
 
+@asynccontextmanager
+async def _buffered_session(
+    rig: AgentRig,
+    resource: str,
+    history: ObservationalHistory | None = None,
+    **changes: Any,
+) -> AsyncIterator[Thread]:
+    """Session "s" of ``resource`` under the buffering settings (with ``changes``), read
+    through ``history`` (a default one over the rig's model unless given), which is closed
+    on exit so no background run outlives the test."""
+    await _settings(rig.memory, resource, **changes)
+    history = history or ObservationalHistory(rig.chat_model)
+    try:
+        yield Thread(rig.memory, rig.threads, history, resource)
+    finally:
+        await history.aclose()
+
+
 def _observer_calls(scripted: ScriptedModelServer) -> int:
     return sum(1 for r in scripted.requests if is_observer(r))
 
@@ -139,33 +159,27 @@ def _assert_continuity(context: ObservedContext, stored: list[Message]) -> None:
 
 
 async def test_buffering_runs_in_the_background_at_each_interval(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(rig, resource) as thread:
         # Below one interval: nothing runs.
         await thread.add(INTERVAL // 3)
         context = await thread.load()
-        assert context.buffer_job is None and not history.buffering(resource, "s")
+        assert context.buffer_job is None and not thread.history.buffering(resource, "s")
         # Past the interval: the load returns at once, the Observer runs in the background.
         first = await thread.add(INTERVAL)
         scripted.script(Hang(0.5, OBSERVE))
         began = time.monotonic()
         context = await thread.load()
         assert time.monotonic() - began < 0.4
-        assert history.buffering(resource, "s")
+        assert thread.history.buffering(resource, "s")
         assert context.buffer_job is not None and not context.observed
         # While it runs, the context is raw and nothing is stored yet.
         assert [m.id for m in context.recent] == [m.id for m in await thread.stored()]
         assert await thread.groups("buffered") == []
-        await history.drain()
-        assert not history.buffering(resource, "s")
+        await thread.history.drain()
+        assert not thread.history.buffering(resource, "s")
         (chunk,) = await thread.groups("buffered")
         stored = await thread.stored()
         assert (chunk.first_message_id, chunk.last_message_id) == (stored[0].id, first[-1].id)
@@ -185,22 +199,14 @@ async def test_buffering_runs_in_the_background_at_each_interval(
         context = await thread.load()
         assert context.activation is None and context.groups == ()
         assert len(context.recent) == len(await thread.stored())
-    finally:
-        await history.aclose()
 
 
 async def test_activation_at_the_threshold_makes_no_model_call_and_keeps_continuity(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    agent = Agent(memory, threads, chat_model, history=history, hooks=[])
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(rig, resource) as thread:
+        agent = rig.agent(history=thread.history, hooks=[])
         for _ in range(3):
             await thread.buffer_round(scripted, INTERVAL + 10)
         chunks = await thread.groups("buffered")
@@ -217,10 +223,10 @@ async def test_activation_at_the_threshold_makes_no_model_call_and_keeps_continu
         scripted.script(Reply("answer"))
         result = await agent.run_turn(resource, "s", "what do you remember?")
         assert result.reply == "answer"
-        await history.drain()
+        await thread.history.drain()
         (actor,) = scripted.requests[before:]  # no Observer request on this turn
         assert not is_observer(actor)
-        context = history.last
+        context = thread.history.last
         assert context is not None
         assert context.activation == "threshold" and not context.observed
         # The longest prefix of chunks that leaves at least the retained floor raw.
@@ -241,21 +247,13 @@ async def test_activation_at_the_threshold_makes_no_model_call_and_keeps_continu
         assert raw == [m.content for m in context.recent]
         assert await thread.groups("buffered") == [chunks[2]]
         assert [g.id for g in await thread.groups("active")] == [c.id for c in chunks[:2]]
-    finally:
-        await history.aclose()
 
 
 async def test_the_safety_bound_forces_a_synchronous_observation(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(rig, resource) as thread:
         # Over the threshold but under the bound, nothing buffered: no synchronous call,
         # the raw context stays and a background run starts instead.
         await thread.add(THRESHOLD + 20)
@@ -265,8 +263,8 @@ async def test_the_safety_bound_forces_a_synchronous_observation(
         assert not context.observed and context.activation is None
         assert context.buffer_job is not None
         assert len(context.recent) == len(await thread.stored())
-        await history.drain()
-        assert history.buffer_errors  # that background run failed: nothing buffered
+        await thread.history.drain()
+        assert thread.history.buffer_errors  # that background run failed: nothing buffered
         assert await thread.groups("buffered") == []
         # At the bound with no chunk to activate: a synchronous observation on this load.
         await thread.add(BLOCK_AFTER - _pending(await thread.stored(), None))
@@ -280,21 +278,13 @@ async def test_the_safety_bound_forces_a_synchronous_observation(
         assert FLOOR <= _pending(stored, context.log.last_observed_message_id) < INTERVAL
         assert context.buffer_job is None
         _assert_continuity(context, stored)
-    finally:
-        await history.aclose()
 
 
 async def test_activation_above_the_bound_overshoots_to_one_chunk_and_needs_no_observer(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(rig, resource) as thread:
         # One chunk covering nearly everything, then a jump past the bound.
         await thread.buffer_round(scripted, THRESHOLD - 50)
         (chunk,) = await thread.groups("buffered")
@@ -306,23 +296,18 @@ async def test_activation_above_the_bound_overshoots_to_one_chunk_and_needs_no_o
         assert [g.id for g in context.activated] == [chunk.id]
         assert len(scripted.requests) == before
         _assert_continuity(context, stored)
-    finally:
-        await history.aclose()
 
 
 async def test_idle_activation_uses_the_clock_and_the_auto_ttl(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    # 'auto' with an unknown provider (the scripted server's host:port) is 5 minutes.
-    await _settings(memory, resource, observation_activate_after_idle="auto")
+    scripted = rig.scripted
     now = [datetime.now(UTC)]
-    history = ObservationalHistory(chat_model, clock=lambda: now[0])
-    thread = Thread(memory, threads, history, resource)
-    try:
+    history = ObservationalHistory(rig.chat_model, clock=lambda: now[0])
+    # 'auto' with an unknown provider (the scripted server's host:port) is 5 minutes.
+    async with _buffered_session(
+        rig, resource, history, observation_activate_after_idle="auto"
+    ) as thread:
         await thread.buffer_round(scripted)
         await thread.buffer_round(scripted)
         chunks = await thread.groups("buffered")
@@ -339,17 +324,12 @@ async def test_idle_activation_uses_the_clock_and_the_auto_ttl(
         assert [g.id for g in context.activated] == [chunks[0].id]
         _assert_continuity(context, await thread.stored())
         assert sum(count_message(m) for m in context.recent) >= FLOOR
-    finally:
-        await history.aclose()
 
 
 async def test_provider_change_activates_buffered_observations_early(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, threads, chat_model, scripted = rig
     await _settings(memory, resource, observation_activate_on_provider_change=True)
     settings = ModelSettings(
         base_url=scripted.base_url, api_key=None, model="scripted-2", timeout_s=5.0
@@ -381,13 +361,8 @@ async def test_provider_change_activates_buffered_observations_early(
             await second.aclose()
 
 
-async def test_early_activation_is_off_unless_configured(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_early_activation_is_off_unless_configured(rig: AgentRig, resource: str) -> None:
+    memory, threads, chat_model, scripted = rig
     await _settings(memory, resource)
     settings = ModelSettings(
         base_url=scripted.base_url, api_key=None, model="scripted-2", timeout_s=5.0
@@ -411,17 +386,13 @@ async def test_early_activation_is_off_unless_configured(
 
 
 async def test_a_hanging_background_observer_never_delays_a_turn_beyond_the_bound(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model, timeout_s=30.0, buffer_wait_s=0.3)
-    thread = Thread(memory, threads, history, resource)
-    agent = Agent(memory, threads, chat_model, history=history, hooks=[])
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(
+        rig, resource, ObservationalHistory(rig.chat_model, timeout_s=30.0, buffer_wait_s=0.3)
+    ) as thread:
+        agent = rig.agent(history=thread.history, hooks=[])
         await thread.add(INTERVAL)
         # Which request reaches the server first, the background Observer's or the
         # turn's, is a race: route by content, not by order.
@@ -433,114 +404,85 @@ async def test_a_hanging_background_observer_never_delays_a_turn_beyond_the_boun
         scripted.script(Respond(route), Respond(route), Respond(route))
         began = time.monotonic()
         assert (await agent.run_turn(resource, "s", "hello")).reply == "first"
-        assert history.buffering(resource, "s")
+        assert thread.history.buffering(resource, "s")
         await thread.add(INTERVAL)
         assert (await agent.run_turn(resource, "s", "still there?")).reply == "second"
         # Two turns, the second waiting its 0.3 s bound on the hanging run, then going on.
         assert time.monotonic() - began < 2.0
-        assert history.buffering(resource, "s")  # at most one run per thread: no second one
+        assert thread.history.buffering(resource, "s")  # at most one run per thread: no second one
         assert _observer_calls(scripted) == 1
-        context = history.last
+        context = thread.history.last
         assert context is not None and context.buffer_job is not None
         assert len(context.recent) == len(await thread.stored()) - 2
-        await history.aclose()
-        assert not history.buffering(resource, "s")
+        await thread.history.aclose()
+        assert not thread.history.buffering(resource, "s")
         assert await thread.groups("buffered") == []
-    finally:
-        await history.aclose()
 
 
 async def test_a_failing_background_observer_leaves_raw_context_and_no_chunk(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    history = ObservationalHistory(chat_model, timeout_s=1.0)
-    thread = Thread(memory, threads, history, resource)
-    try:
+    scripted = rig.scripted
+    async with _buffered_session(
+        rig, resource, ObservationalHistory(rig.chat_model, timeout_s=1.0)
+    ) as thread:
         await thread.add(INTERVAL)
         for steps in ([Fail(500)] * 3, [Hang(5.0, OBSERVE)], [Reply("no observations here")]):
-            errors = len(history.buffer_errors)
+            errors = len(thread.history.buffer_errors)
             scripted.script(*steps)
             context = await thread.load()
             assert context.buffer_job is not None
-            await history.drain()
-            assert len(history.buffer_errors) == errors + 1
+            await thread.history.drain()
+            assert len(thread.history.buffer_errors) == errors + 1
             assert await thread.groups("buffered") == []
             assert await thread.groups("active") == []
             assert [m.id for m in context.recent] == [m.id for m in await thread.stored()]
         # The next interval tries again and succeeds.
         scripted.script(OBSERVE)
         await thread.load()
-        await history.drain()
+        await thread.history.drain()
         (chunk,) = await thread.groups("buffered")
         assert chunk.first_message_id == (await thread.stored())[0].id
-    finally:
-        await history.aclose()
 
 
-async def test_buffering_off_keeps_synchronous_observation(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    await MemorySettingsStore(memory.pool).update(
-        resource,
-        observation_threshold_tokens=THRESHOLD,
-        observation_buffer_percent=None,
-        retained_context_percent=20,
-        reflection_threshold_tokens=100_000,
-    )
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    try:
+async def test_buffering_off_keeps_synchronous_observation(rig: AgentRig, resource: str) -> None:
+    scripted = rig.scripted
+    async with _buffered_session(rig, resource, observation_buffer_percent=None) as thread:
         for _ in range(3):  # intervals pass: no background run
             await thread.add(INTERVAL)
             context = await thread.load()
-            assert context.buffer_job is None and not history.buffering(resource, "s")
+            assert context.buffer_job is None and not thread.history.buffering(resource, "s")
         assert _observer_calls(scripted) == 0
         await thread.add(THRESHOLD - _pending(await thread.stored(), None))
         scripted.script(OBSERVE)
         context = await thread.load()  # at the threshold, not the safety bound: synchronous
         assert context.observed and context.activation is None
         assert _observer_calls(scripted) == 1
-        assert not history.buffering(resource, "s")
+        assert not thread.history.buffering(resource, "s")
         assert await thread.groups("buffered") == []
         _assert_continuity(context, await thread.stored())
-    finally:
-        await history.aclose()
 
 
 async def test_a_background_run_overtaken_by_a_synchronous_observation_stores_nothing(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource)
-    engine = ObservationalMemory(memory.pool, chat_model)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    await thread.add(INTERVAL)
-    snapshot = await engine.snapshot(resource)
-    job = (await engine.prepare(resource, "s", snapshot)).buffer_job
-    assert job is not None  # due, but not run yet
-    await thread.add(BLOCK_AFTER)
-    scripted.script(OBSERVE)
-    context = await engine.prepare(resource, "s", snapshot)
-    assert context.observed  # the safety bound observed those messages synchronously
-    scripted.script(OBSERVE)
-    with pytest.raises(ObservationFailed, match="moved on"):
-        await engine.buffer(job)
-    assert await thread.groups("buffered") == []
-    stored = await thread.stored()
-    _assert_continuity(await engine.prepare(resource, "s", snapshot), stored)
+    memory, _, chat_model, scripted = rig
+    async with _buffered_session(rig, resource) as thread:
+        engine = ObservationalMemory(memory.pool, chat_model)
+        await thread.add(INTERVAL)
+        snapshot = await engine.snapshot(resource)
+        job = (await engine.prepare(resource, "s", snapshot)).buffer_job
+        assert job is not None  # due, but not run yet
+        await thread.add(BLOCK_AFTER)
+        scripted.script(OBSERVE)
+        context = await engine.prepare(resource, "s", snapshot)
+        assert context.observed  # the safety bound observed those messages synchronously
+        scripted.script(OBSERVE)
+        with pytest.raises(ObservationFailed, match="moved on"):
+            await engine.buffer(job)
+        assert await thread.groups("buffered") == []
+        stored = await thread.stored()
+        _assert_continuity(await engine.prepare(resource, "s", snapshot), stored)
 
 
 def _reflector_calls(scripted: ScriptedModelServer) -> int:
@@ -558,27 +500,30 @@ async def _to_threshold_with_three_chunks(
     return chunks
 
 
+@asynccontextmanager
+async def _reflection_at_1000(
+    rig: AgentRig, resource: str
+) -> AsyncIterator[tuple[Thread, ObservationalMemory, list[ObservationGroup]]]:
+    """Reflection threshold 1000, background reflection from 50% (500), bound 120% (1200);
+    three buffered chunks, then messages up to the observation threshold. Yields the
+    session, the engine and the chunks."""
+    async with _buffered_session(rig, resource, reflection_threshold_tokens=1_000) as thread:
+        chunks = await _to_threshold_with_three_chunks(thread, rig.scripted)
+        yield thread, ObservationalMemory(rig.memory.pool, rig.chat_model), chunks
+
+
 async def test_a_buffered_reflection_runs_in_the_background_and_activates_without_a_call(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    # Reflection threshold 1000, background reflection from 50% (500), bound 120% (1200).
-    await _settings(memory, resource, reflection_threshold_tokens=1_000)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    engine = ObservationalMemory(memory.pool, chat_model)
+    scripted = rig.scripted
     summary = "* 🔴 (10:00) User keeps notes on where the shed key sits."
-    try:
-        chunks = await _to_threshold_with_three_chunks(thread, scripted)
+    async with _reflection_at_1000(rig, resource) as (thread, engine, chunks):
         scripted.script(reflecting(summary))
         context = await thread.load()  # activates two chunks: the log passes 500
         assert context.activation == "threshold" and context.log is not None
         assert 500 <= context.log.observation_tokens < 1_000
         assert context.reflect_job is not None and context.reflection is None
-        await history.drain()
+        await thread.history.drain()
         assert _reflector_calls(scripted) == 1
         (gen0,) = await engine.generations(resource, "s")
         assert gen0.observations == context.log.observations  # not replaced yet
@@ -591,7 +536,7 @@ async def test_a_buffered_reflection_runs_in_the_background_and_activates_withou
         scripted.script(OBSERVE)
         before = _reflector_calls(scripted)
         context = await thread.load()
-        await history.drain()
+        await thread.history.drain()
         assert context.activation == "threshold"
         assert context.reflection_activated is not None and context.reflection is None
         assert _reflector_calls(scripted) == before  # no Reflector call
@@ -607,56 +552,41 @@ async def test_a_buffered_reflection_runs_in_the_background_and_activates_withou
         ]
         assert gens[0].observations.endswith(tail[-1].observations)  # old generation kept
         _assert_continuity(context, await thread.stored())
-    finally:
-        await history.aclose()
 
 
 async def test_a_failing_buffered_reflection_keeps_the_log_and_the_bound_reflects_sync(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(memory, resource, reflection_threshold_tokens=1_000)
-    history = ObservationalHistory(chat_model)
-    thread = Thread(memory, threads, history, resource)
-    engine = ObservationalMemory(memory.pool, chat_model)
-    try:
-        await _to_threshold_with_three_chunks(thread, scripted)
+    memory, _, _, scripted = rig
+    async with _reflection_at_1000(rig, resource) as (thread, engine, _):
         scripted.script(*[Fail(500)] * 3)  # the client retries, then reflection gives up
         context = await thread.load()
         assert context.reflect_job is not None
-        await history.drain()
+        await thread.history.drain()
         (gen0,) = await engine.generations(resource, "s")
         assert context.log is not None and gen0.observations == context.log.observations
         async with memory.pool.connection() as conn:
             assert await obs_sql.buffered_reflection(conn, gen0) is None
         # No retry on every turn: the next background reflection waits for growth.
         await thread.buffer_round(scripted, INTERVAL + 10)
-        assert history.last is not None and history.last.reflect_job is None
+        assert thread.history.last is not None and thread.history.last.reflect_job is None
         # Past the reflection safety bound with nothing buffered: a synchronous reflection.
         await thread.add(INTERVAL + 10)
         summary = "* 🔴 (10:00) User keeps notes on where the shed key sits."
         scripted.script(reflecting(summary), OBSERVE)
         context = await thread.load()
-        await history.drain()
+        await thread.history.drain()
         assert context.activation == "threshold"
         assert context.reflection is not None and context.reflection_activated is None
         assert context.reflection.observations == summary
         gens = await engine.generations(resource, "s")
         assert [g.generation for g in gens] == [0, 1] and gens[1].observations == summary
-    finally:
-        await history.aclose()
 
 
 async def test_idle_activates_a_buffered_reflection_early_only_when_reflections_opt_in(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, threads, chat_model, scripted = rig
     small = "\n".join(
         f"* 🔴 (10:{i:02d}) User keeps note {i} on where the shed key sits." for i in range(8)
     )

@@ -17,13 +17,12 @@ from popagent.agent import (
     Agent,
     ObservationalHistory,
 )
-from popagent.llm import OpenAIChatModel
-from popagent.observe import MemorySettingsStore
+from popagent.models import ObservationLog
 from popagent.observe.engine import ObservationalMemory
 from popagent.observe.tokens import count_message, count_text
 from popagent.store import observations as obs_sql
 from popagent.threads import ThreadStore
-from tests.agent_support import CountingTool, offered_tools, system_texts
+from tests.agent_support import AgentRig, CountingTool, offered_tools, system_texts
 from tests.observe_support import (
     OBSERVE,
     is_observer,
@@ -32,27 +31,21 @@ from tests.observe_support import (
     reflecting,
     reflector_input,
     seed,
+    update_settings,
     user_text,
 )
-from tests.scripted_model import CallTools, Fail, Hang, Reply, Respond, ScriptedModelServer
+from tests.scripted_model import CallTools, Fail, Hang, Reply, Respond
 
 BIG = 1_000_000
+#: Observation from 200 pending tokens on, reflection not due: most tests' starting point.
+AT_200: dict[str, Any] = {
+    "observation_threshold_tokens": 200,
+    "reflection_threshold_tokens": BIG // 100,
+}
 
 
-async def _settings(memory: popagent.LongTermMemory, resource: str, **changes: Any) -> None:
-    """Update the settings; async buffering is off unless ``changes`` say otherwise."""
-    changes.setdefault("observation_buffer_percent", None)
-    await MemorySettingsStore(memory.pool).update(resource, **changes)
-
-
-def _agent(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    model: OpenAIChatModel,
-    history: ObservationalHistory,
-    **kw: Any,
-) -> Agent:
-    return Agent(memory, threads, model, history=history, hooks=[], **kw)
+def _agent(rig: AgentRig, history: ObservationalHistory, **kw: Any) -> Agent:
+    return rig.agent(history=history, hooks=[], **kw)
 
 
 def _actor_history(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,21 +62,12 @@ async def _stored(
 
 
 async def test_observation_at_threshold_gives_observations_plus_retained_tail(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=30,
-        reflection_threshold_tokens=BIG // 100,
-    )
+    memory, threads, chat_model, scripted = rig
+    await update_settings(memory, resource, **AT_200, retained_context_percent=30)
     history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
+    agent = _agent(rig, history)
 
     # Below the threshold: no Observer call, the raw messages are the context.
     ids = await seed(threads, resource, "s", 4)
@@ -135,25 +119,14 @@ async def test_observation_at_threshold_gives_observations_plus_retained_tail(
     assert len(await _stored(threads, resource, "s")) == len(stored) + 2
 
 
-async def test_retained_context_size_follows_the_setting(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
+async def test_retained_context_size_follows_the_setting(rig: AgentRig, resource: str) -> None:
+    memory, threads, chat_model, scripted = rig
     history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
+    agent = _agent(rig, history)
     tails: dict[int, int] = {}
     for percent in (0, 20, 60):
         session = f"s{percent}"
-        await _settings(
-            memory,
-            resource,
-            observation_threshold_tokens=200,
-            retained_context_percent=percent,
-            reflection_threshold_tokens=BIG // 100,
-        )
+        await update_settings(memory, resource, **AT_200, retained_context_percent=percent)
         await seed(threads, resource, session, 12)
         scripted.script(OBSERVE, Reply("ok"))
         await agent.run_turn(resource, session, "go on")
@@ -173,17 +146,13 @@ async def test_retained_context_size_follows_the_setting(
 
 
 async def test_a_settings_change_applies_on_the_next_turn_only(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    database_url: str,
+    rig: AgentRig, resource: str, database_url: str
 ) -> None:
-    await _settings(memory, resource, observation_threshold_tokens=BIG)
+    memory, threads, chat_model, scripted = rig
+    await update_settings(memory, resource, observation_threshold_tokens=BIG)
     history = ObservationalHistory(chat_model)
     ping = CountingTool()
-    agent = _agent(memory, threads, chat_model, history, tools=[history.retrieval_tool(), ping])
+    agent = _agent(rig, history, tools=[history.retrieval_tool(), ping])
     await seed(threads, resource, "s", 10)
 
     def change_settings(body: dict[str, Any]) -> CallTools:
@@ -220,41 +189,31 @@ def _lines(prefix: str, count: int, width: int = 12) -> str:
     )
 
 
-async def _observed_session(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    agent: Agent,
-    scripted: ScriptedModelServer,
-    resource: str,
-    session: str,
-) -> None:
-    """A session observed once (generation 0), with no reflection due yet."""
-    await seed(threads, resource, session, 12)
+async def _observed_once(
+    rig: AgentRig, resource: str, history: ObservationalHistory | None = None
+) -> tuple[Agent, ObservationLog]:
+    """Session "s" of ``resource`` observed once at a 200-token threshold (10% kept raw),
+    no reflection due yet: the agent (over ``history``, a default one unless given) and
+    generation 0."""
+    memory, threads, chat_model, scripted = rig
+    await update_settings(memory, resource, **AT_200, retained_context_percent=10)
+    history = history or ObservationalHistory(chat_model)
+    agent = _agent(rig, history)
+    await seed(threads, resource, "s", 12)
     scripted.script(OBSERVE, Reply("observed"))
-    await agent.run_turn(resource, session, "observe please")
+    await agent.run_turn(resource, "s", "observe please")
+    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    return agent, gen0
 
 
 async def test_reflection_replaces_the_log_with_a_new_generation_and_keeps_the_old(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=10,
-        reflection_threshold_tokens=BIG // 100,
-    )
-    history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
-    await _observed_session(memory, threads, agent, scripted, resource, "s")
-    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    memory, _, chat_model, scripted = rig
+    agent, gen0 = await _observed_once(rig, resource)
     assert gen0.observation_tokens > 100
 
-    await _settings(memory, resource, reflection_threshold_tokens=100)
+    await update_settings(memory, resource, reflection_threshold_tokens=100)
     summary = "* 🔴 (10:00) User keeps notes about a painted garden shed and its key."
     scripted.script(reflecting(summary), Reply("reflected"))
     await agent.run_turn(resource, "s", "and now?")
@@ -284,25 +243,12 @@ async def test_reflection_replaces_the_log_with_a_new_generation_and_keeps_the_o
 
 
 async def test_empty_looping_or_larger_reflections_never_replace_the_log(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=10,
-        reflection_threshold_tokens=BIG // 100,
-    )
-    history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
-    await _observed_session(memory, threads, agent, scripted, resource, "s")
-    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    memory, _, chat_model, scripted = rig
+    agent, gen0 = await _observed_once(rig, resource)
 
-    await _settings(memory, resource, reflection_threshold_tokens=100)
+    await update_settings(memory, resource, reflection_threshold_tokens=100)
     loop = "\n".join(["* 🔴 (10:00) shed painted, key under the pot."] * 12)
     # Smaller than the log, so only the loop detector can refuse it.
     assert count_text(loop) < gen0.observation_tokens
@@ -329,24 +275,10 @@ async def test_empty_looping_or_larger_reflections_never_replace_the_log(
 
 
 async def test_a_reflection_never_drops_observations_activated_while_it_ran(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    database_url: str,
+    rig: AgentRig, resource: str, database_url: str
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=10,
-        reflection_threshold_tokens=BIG // 100,
-    )
-    history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
-    await _observed_session(memory, threads, agent, scripted, resource, "s")
-    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    memory, _, chat_model, scripted = rig
+    agent, gen0 = await _observed_once(rig, resource)
     late = "* 🔴 (11:00) User: activated by another turn while the Reflector ran"
 
     def reflect_while_another_turn_activates(body: dict[str, Any]) -> Reply:
@@ -359,7 +291,7 @@ async def test_a_reflection_never_drops_observations_activated_while_it_ran(
             )
         return Reply("<observations>\n* 🔴 (10:00) User keeps shed notes.\n</observations>")
 
-    await _settings(memory, resource, reflection_threshold_tokens=100)
+    await update_settings(memory, resource, reflection_threshold_tokens=100)
     scripted.script(Respond(reflect_while_another_turn_activates), Reply("answer"))
     await agent.run_turn(resource, "s", "reflect now")
     gens = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
@@ -369,30 +301,15 @@ async def test_a_reflection_never_drops_observations_activated_while_it_ran(
     assert late in block
 
 
-async def test_escalation_keeps_the_smallest_valid_reflection(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=10,
-        reflection_threshold_tokens=BIG // 100,
-    )
-    history = ObservationalHistory(chat_model)
-    agent = _agent(memory, threads, chat_model, history)
-    await _observed_session(memory, threads, agent, scripted, resource, "s")
-    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+async def test_escalation_keeps_the_smallest_valid_reflection(rig: AgentRig, resource: str) -> None:
+    memory, _, chat_model, scripted = rig
+    agent, gen0 = await _observed_once(rig, resource)
     lines = gen0.observations.splitlines()
     smaller = "\n".join(lines[: len(lines) * 3 // 4])
     smallest = "\n".join(lines[: len(lines) // 2])
     assert count_text(smallest) > 100  # neither reaches the target: escalation goes on
 
-    await _settings(memory, resource, reflection_threshold_tokens=100)
+    await update_settings(memory, resource, reflection_threshold_tokens=100)
     scripted.script(reflecting(smaller), reflecting(smallest), reflecting(smaller), Reply("ok"))
     await agent.run_turn(resource, "s", "compress")
     assert len([r for r in scripted.requests if is_reflector(r)]) == 3
@@ -406,23 +323,11 @@ async def test_escalation_keeps_the_smallest_valid_reflection(
 
 
 async def test_a_failing_observer_degrades_to_raw_context_and_keeps_the_log(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        retained_context_percent=10,
-        reflection_threshold_tokens=BIG // 100,
-    )
+    memory, threads, chat_model, scripted = rig
     history = ObservationalHistory(chat_model, timeout_s=1.0)
-    agent = _agent(memory, threads, chat_model, history)
-    await _observed_session(memory, threads, agent, scripted, resource, "s")
-    (gen0,) = await ObservationalMemory(memory.pool, chat_model).generations(resource, "s")
+    agent, gen0 = await _observed_once(rig, resource, history)
     await seed(threads, resource, "s", 12, tag="late")
     unobserved = [
         m
@@ -452,21 +357,18 @@ async def test_a_failing_observer_degrades_to_raw_context_and_keeps_the_log(
 
 
 async def test_temporal_marker_before_the_new_message_follows_the_setting(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, threads, chat_model, scripted = rig
     later = ObservationalHistory(
         chat_model, clock=lambda: datetime.now(UTC) + timedelta(hours=2, minutes=5, seconds=30)
     )
-    agent = _agent(memory, threads, chat_model, later)
+    agent = _agent(rig, later)
     await seed(threads, resource, "s", 2)
     scripted.script(Reply("a"), Reply("b"))
     await agent.run_turn(resource, "s", "no markers by default")
     assert not any("later]" in t for t in system_texts(scripted.requests[-1]))
-    await _settings(memory, resource, temporal_markers=True)
+    await update_settings(memory, resource, temporal_markers=True)
     await agent.run_turn(resource, "s", "back again")
     context = _actor_history(scripted.requests[-1])
     assert context[-1] == {
@@ -511,26 +413,15 @@ _WIRE = {
     ids=["default", "none", "all"],
 )
 async def test_attachments_reach_the_observer_as_content_parts_per_the_setting(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
-    changes: dict[str, Any],
-    forwarded: list[str],
+    rig: AgentRig, resource: str, changes: dict[str, Any], forwarded: list[str]
 ) -> None:
-    await _settings(
-        memory,
-        resource,
-        observation_threshold_tokens=200,
-        reflection_threshold_tokens=BIG // 100,
-        **changes,
-    )
+    memory, threads, chat_model, scripted = rig
+    await update_settings(memory, resource, **AT_200, **changes)
     await threads.append_message(
         resource, "s", "user", "Photos of the garden", parts=_ATTACHED, create_session=True
     )
     await seed(threads, resource, "s", 6)
-    agent = _agent(memory, threads, chat_model, ObservationalHistory(chat_model))
+    agent = _agent(rig, ObservationalHistory(chat_model))
     scripted.script(OBSERVE, Reply("ok"))
     await agent.run_turn(resource, "s", "what did I send?")
     observer = scripted.requests[0]

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 import popagent
@@ -39,35 +36,13 @@ from popagent.secrets import SecretCipher, SecretStore
 from popagent.store import observations as obs_sql
 from popagent.store import session_items
 from popagent.threads import ThreadStore
+from tests.observe_support import insert_chunk, insert_observed
 
 SECRET_VALUE = "s3cr3t-value-for-the-export-test"
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 # --- databases ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def scratch_url(database_url: str) -> Iterator[str]:
-    """A second, fresh database on the suite's server; dropped after the test."""
-    name = f"popagent_portable_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(database_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
-@pytest.fixture
-async def scratch(scratch_url: str) -> AsyncIterator[popagent.LongTermMemory]:
-    async with popagent.connect(scratch_url, max_size=4) as ltm:
-        yield ltm
 
 
 @pytest.fixture
@@ -101,24 +76,14 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
             "WHERE resource_id = %s AND turn_id = %s",
             (resource, failed.turn_id),
         )
-        log = await obs_sql.insert_log(
+        _, group = await insert_observed(
             conn,
             resource,
             "chat-1",
-            generation=0,
-            origin="observation",
-            observations="* 🔴 User moved to Lisbon",
-            observation_tokens=7,
-            last_observed_message_id=final.id,
-        )
-        group = await obs_sql.insert_group(
-            conn,
-            log,
-            kind="observation",
-            first_message_id=first.id,
-            last_message_id=final.id,
-            observations="* 🔴 User moved to Lisbon",
-            observation_tokens=7,
+            first.id,
+            final.id,
+            "* 🔴 User moved to Lisbon",
+            tokens=7,
             message_tokens=30,
         )
         head = await obs_sql.insert_log(
@@ -133,16 +98,14 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
             covered_group_ids=[group.id],
             next_reflection_tokens=500,
         )
-        await obs_sql.insert_group(
+        await insert_chunk(
             conn,
             head,
-            kind="observation",
-            first_message_id=failed.id,
-            last_message_id=failed.id,
-            observations="* 🔴 User asked a follow-up",
-            observation_tokens=5,
+            failed.id,
+            failed.id,
+            "* 🔴 User asked a follow-up",
+            tokens=5,
             message_tokens=3,
-            status="buffered",
         )
         await obs_sql.record_actor(conn, resource, "chat-1", "openai:gpt-test")
         item = {"type": "message", "role": "user", "content": "Hello from an SDK session"}

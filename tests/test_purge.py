@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +25,6 @@ from psycopg import sql
 import popagent
 from popagent.agent import Agent
 from popagent.cli import main
-from popagent.embed import OpenAIEmbedder
 from popagent.errors import ValidationError
 from popagent.llm import OpenAIChatModel
 from popagent.memory.purge import PurgeReport, count_resource_rows, purge_resource
@@ -37,8 +35,8 @@ from popagent.store import threads as thread_sql
 from popagent.store.database import Conn
 from popagent.store.purge import PURGE_TABLES, purge_rows
 from popagent.threads import ThreadStore
-from tests.embedding_server import EmbeddingServer
 from tests.gui_support import post_form
+from tests.observe_support import insert_chunk, insert_observed
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 from tests.web_support import api_client
 
@@ -47,21 +45,8 @@ TEXT_TYPES = ("text", "character varying", "character", "jsonb", "json", "ARRAY"
 
 
 @pytest.fixture
-def embedding_server() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer(dimensions=384) as server:
-        yield server
-
-
-@pytest.fixture
-async def semantic(
-    database_url: str, embedding_server: EmbeddingServer
-) -> AsyncIterator[popagent.LongTermMemory]:
-    embedder = OpenAIEmbedder(
-        "scripted", base_url=embedding_server.base_url, name="scripted-384", timeout_s=5
-    )
-    async with popagent.connect(database_url, embedder=embedder, max_size=6) as memory:
-        yield memory
-    await embedder.aclose()
+def embedding_dimensions() -> int:
+    return 384
 
 
 def marker() -> str:
@@ -104,36 +89,19 @@ async def fill(
     messages = await threads.list_messages(resource, session)
     first, last = messages[0].id, messages[-1].id
     async with memory.pool.connection() as conn, conn.transaction():
-        log = await obs_sql.insert_log(
+        log, _ = await insert_observed(
             conn,
             resource,
             session,
-            generation=0,
-            origin="observation",
-            observations=f"* {mark} observed",
-            observation_tokens=5,
-            last_observed_message_id=first,
-        )
-        await obs_sql.insert_group(
-            conn,
-            log,
-            kind="observation",
-            first_message_id=first,
-            last_message_id=first,
-            observations=f"* {mark} active group",
-            observation_tokens=5,
+            first,
+            first,
+            f"* {mark} observed",
+            tokens=5,
             message_tokens=20,
+            group_observations=f"* {mark} active group",
         )
-        await obs_sql.insert_group(
-            conn,
-            log,
-            kind="observation",
-            first_message_id=last,
-            last_message_id=last,
-            observations=f"* {mark} buffered chunk",
-            observation_tokens=5,
-            message_tokens=20,
-            status="buffered",
+        await insert_chunk(
+            conn, log, last, last, f"* {mark} buffered chunk", tokens=5, message_tokens=20
         )
         await obs_sql.record_actor(conn, resource, session, f"scripted/{mark}")
     await MemorySettingsStore(memory.pool).update(resource, observer_guidance=f"Note {mark}.")

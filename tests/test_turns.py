@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,16 +26,14 @@ import pytest
 from click.testing import CliRunner
 
 import popagent
-from popagent.agent import Agent
 from popagent.cli import main
 from popagent.cli.sessions import history_lines
 from popagent.errors import NotFoundError, TurnFailedError
-from popagent.llm import OpenAIChatModel
 from popagent.store.locks import session_turn_lock
 from popagent.store.threads import STALE_TURN_AFTER
-from popagent.threads import ThreadStore
+from tests.agent_support import AgentRig
 from tests.scripted_model import CallTools, Fail, Hang, Reply, ScriptedModelServer
-from tests.web_support import free_port
+from tests.web_support import cli_command, free_port, wait_healthy
 
 
 async def turns_of(memory: popagent.LongTermMemory, resource: str, session: str) -> list[Any]:
@@ -64,13 +61,10 @@ async def await_requests(scripted: ScriptedModelServer, n: int) -> None:
 
 
 async def test_a_completed_turn_holds_its_messages_and_one_episode(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools([("remember", {"content": "Keeps bees on the roof", "key": "hobby"})]),
         Reply("Noted: bees."),
@@ -94,13 +88,10 @@ async def test_a_completed_turn_holds_its_messages_and_one_episode(
 
 
 async def test_what_a_turn_writes_records_its_turn_messages_and_tool_call(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(
         CallTools(
             [
@@ -148,13 +139,10 @@ async def test_what_a_turn_writes_records_its_turn_messages_and_tool_call(
 
 
 async def test_a_failed_model_call_marks_the_turn_failed_and_stores_no_episode(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(Fail(400))
     with pytest.raises(TurnFailedError):
         await agent.run_turn(resource, "s", "Tell me about my bees")
@@ -175,13 +163,10 @@ async def test_a_failed_model_call_marks_the_turn_failed_and_stores_no_episode(
 
 
 async def test_a_turn_cancelled_mid_model_call_is_interrupted_without_episode(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
-    agent = Agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(Hang(30))
     task = asyncio.ensure_future(agent.run_turn(resource, "s", "A slow question"))
     await await_requests(scripted, 1)
@@ -196,12 +181,9 @@ async def test_a_turn_cancelled_mid_model_call_is_interrupted_without_episode(
 
 
 async def test_a_new_turn_marks_a_running_one_interrupted_and_old_ones_read_so(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
+    memory, threads, _, scripted = rig
     # A turn whose process died: its user message and running turn, nothing more.
     dead = await threads.append_message(resource, "s", "user", "Lost words", turn="start")
     assert dead.turn_status == "running" and dead.turn_id is not None
@@ -210,7 +192,7 @@ async def test_a_new_turn_marks_a_running_one_interrupted_and_old_ones_read_so(
     async with session_turn_lock(memory.pool, resource, "s"):
         assert (await threads.list_messages(resource, "s"))[0].turn_status == "running"
     assert [t["status"] for t in await turns_of(memory, resource, "s")] == ["running"]
-    agent = Agent(memory, threads, chat_model)
+    agent = rig.agent()
     scripted.script(Reply("Here now."))
     await agent.run_turn(resource, "s", "Hello again")
     statuses = [(t["turn_id"], t["status"]) for t in await turns_of(memory, resource, "s")]
@@ -244,15 +226,12 @@ async def test_a_new_turn_marks_a_running_one_interrupted_and_old_ones_read_so(
 
 
 async def test_a_turn_whose_session_goes_away_stores_no_episode(
-    memory: popagent.LongTermMemory,
-    threads: ThreadStore,
-    chat_model: OpenAIChatModel,
-    scripted: ScriptedModelServer,
-    resource: str,
+    rig: AgentRig, resource: str
 ) -> None:
     """The final message, the episode and the completion are one transaction: when
     the final message cannot be stored, no episode is left without it."""
-    agent = Agent(memory, threads, chat_model)
+    memory, threads, _, scripted = rig
+    agent = rig.agent()
     scripted.script(Hang(1.0, Reply("Too late.")))
     task = asyncio.ensure_future(agent.run_turn(resource, "gone", "Remember the bees"))
     await await_requests(scripted, 1)
@@ -301,35 +280,16 @@ def serve(resource: str, data_dir: Path, env: dict[str, str]) -> Iterator[tuple[
     """``popagent serve`` on ``data_dir``; yields its base URL and process; SIGTERM on exit."""
     port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "popagent.cli",
-            "--resource-id",
-            resource,
-            "--data-dir",
-            str(data_dir),
-            "serve",
-            "--port",
-            str(port),
-        ],
+        cli_command(
+            "--resource-id", resource, "--data-dir", str(data_dir), "serve", "--port", str(port)
+        ),
         env=env,
         stderr=subprocess.PIPE,
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None:
-                raise AssertionError(f"popagent serve exited: {process.communicate()[1]}")
-            assert time.monotonic() < deadline, "popagent serve did not come up"
-            time.sleep(0.1)
+        wait_healthy(base, process, seconds=90)
         yield base, process
     finally:
         if process.poll() is None:
@@ -398,31 +358,53 @@ def test_popagent_serve_killed_mid_turn_leaves_the_turn_marked(
         stop_cluster(data_dir / "pgdata")
 
 
+def chat_waiting_on_the_model(
+    scripted: ScriptedModelServer,
+    env: dict[str, str],
+    args: list[str],
+    session: str,
+    message: str,
+    *,
+    capture: bool,
+) -> subprocess.Popen[str]:
+    """A real ``popagent chat`` process with ``message`` typed in, returned once its model
+    call (which hangs) has arrived: a turn in flight, for the test to kill or interrupt.
+    ``capture``: stdout and stderr come back through ``stdout``; otherwise discarded."""
+    scripted.script(Hang(60))
+    output = subprocess.PIPE if capture else subprocess.DEVNULL
+    process = subprocess.Popen(
+        cli_command(*args, "chat", "--session-id", session),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=output,
+        stderr=subprocess.STDOUT if capture else subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdin is not None
+        process.stdin.write(f"{message}\n")
+        process.stdin.flush()
+        wait_for(lambda: len(scripted.requests) >= 1, "the chat's model call", 60)
+    except BaseException:
+        process.kill()
+        process.wait(timeout=30)
+        raise
+    return process
+
+
 def test_popagent_chat_killed_mid_turn_leaves_the_turn_marked(
     database_url: str, scripted: ScriptedModelServer, tmp_path: Path
 ) -> None:
     resource, session = f"kill-chat-{uuid.uuid4().hex}", "chat-c"
     env = model_env(scripted, tmp_path)
     args = ["--database-url", database_url, "--resource-id", resource]
-    scripted.script(Hang(60))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "popagent.cli", *args, "chat", "--session-id", session],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    process = chat_waiting_on_the_model(
+        scripted, env, args, session, "Words said before the kill", capture=False
     )
-    try:
-        assert process.stdin is not None
-        process.stdin.write("Words said before the kill\n")
-        process.stdin.flush()
-        wait_for(lambda: len(scripted.requests) >= 1, "the chat's model call", 60)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        if process.stdin is not None:
-            process.stdin.close()
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.stdin is not None
+    process.stdin.close()
 
     runner = CliRunner()
     cli_env: dict[str, str | None] = {
@@ -465,15 +447,7 @@ def test_ctrl_c_in_popagent_chat_marks_the_turn_interrupted_at_once(
     resource, session = f"ctrl-c-{uuid.uuid4().hex}", "chat-i"
     env = model_env(scripted, tmp_path)
     args = ["--database-url", database_url, "--resource-id", resource]
-    scripted.script(Hang(60))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "popagent.cli", *args, "chat", "--session-id", session],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = chat_waiting_on_the_model(scripted, env, args, session, "Never mind", capture=True)
     runner = CliRunner()
 
     def status() -> str | None:
@@ -484,10 +458,6 @@ def test_ctrl_c_in_popagent_chat_marks_the_turn_interrupted_at_once(
         return str(messages[0]["turn_status"]) if messages else None
 
     try:
-        assert process.stdin is not None
-        process.stdin.write("Never mind\n")
-        process.stdin.flush()
-        wait_for(lambda: len(scripted.requests) >= 1, "the chat's model call", 60)
         process.send_signal(signal.SIGINT)
         wait_for(lambda: status() == "interrupted", "the turn marked interrupted")
         output, _ = process.communicate(input="", timeout=60)  # EOF at the prompt: leave

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 import popagent
-from popagent.store import observations as obs_sql
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
+from tests.observe_support import insert_observed
 from tests.web_support import api_client, count_rows
 
 
@@ -483,25 +483,16 @@ async def test_observations_point_at_their_source_messages(
         for i in range(4)
     ]
     async with memory.pool.connection() as conn:
-        log = await obs_sql.insert_log(
+        await insert_observed(
             conn,
             resource,
             "om",
-            generation=1,
-            origin="observation",
-            observations="* 2026-12-02: the user counted to four",
-            observation_tokens=9,
-            last_observed_message_id=stored[2].id,
-        )
-        await obs_sql.insert_group(
-            conn,
-            log,
-            kind="observation",
-            first_message_id=stored[0].id,
-            last_message_id=stored[2].id,
-            observations="* 2026-12-02: the user counted to four",
-            observation_tokens=9,
+            stored[0].id,
+            stored[2].id,
+            "* 2026-12-02: the user counted to four",
+            tokens=9,
             message_tokens=12,
+            generation=1,
         )
     body = (await api.get("/api/sessions/om/observations")).json()
     assert [g["generation"] for g in body["generations"]] == [1]

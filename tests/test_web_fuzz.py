@@ -32,6 +32,7 @@ from schemathesis.specs.openapi.checks import (
 import popagent
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
+from tests.db_support import RESOURCE_DIGESTS
 from tests.scripted_model import Reply, ScriptedModelServer
 from tests.web_support import scripted_settings, uvicorn_server
 
@@ -39,18 +40,6 @@ FUZZ_RESOURCE = f"fuzz-{uuid.uuid4().hex[:12]}"
 BYSTANDER = f"bystander-{uuid.uuid4().hex[:12]}"
 #: Generated requests per route and mode: bounded, so the run takes seconds.
 EXAMPLES = 25
-
-SNAPSHOT = """
-SELECT
-  (SELECT coalesce(md5(string_agg(concat_ws('|', id, kind, key, content, importance, updated_at), ',' ORDER BY id)), '')
-     FROM popagent_memories WHERE resource_id = %(r)s) AS memories,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', session_id, title, updated_at), ',' ORDER BY session_id)), '')
-     FROM popagent_sessions WHERE resource_id = %(r)s) AS sessions,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', id, content), ',' ORDER BY id)), '')
-     FROM popagent_messages WHERE resource_id = %(r)s) AS messages,
-  (SELECT coalesce(md5(string_agg(concat_ws('|', version, updated_at), ',')), '')
-     FROM popagent_memory_settings WHERE resource_id = %(r)s) AS settings
-"""
 
 
 async def _seed(url: str) -> None:
@@ -73,7 +62,7 @@ async def _seed(url: str) -> None:
 
 def snapshot(url: str, resource: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
-        row = conn.execute(SNAPSHOT, {"r": resource}).fetchone()
+        row = conn.execute(RESOURCE_DIGESTS, {"r": resource}).fetchone()
     assert row is not None
     return dict(zip(("memories", "sessions", "messages", "settings"), row, strict=True))
 

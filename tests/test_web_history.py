@@ -21,7 +21,7 @@ import pytest
 
 import popagent
 from popagent.models import Provenance
-from tests.web_support import api_client, count_rows
+from tests.web_support import api_client, count_rows, memory_state
 
 
 @pytest.fixture
@@ -32,24 +32,6 @@ async def api(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[h
 
 def later(**delta: float) -> str:
     return (datetime.now(UTC) + timedelta(**delta)).isoformat()
-
-
-async def state(memory: popagent.LongTermMemory, resource_id: str) -> tuple[Any, ...]:
-    """Every memory and version of ``resource_id``, exactly: a refusal must leave it as is."""
-    async with memory.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, key, content, importance, expires_at, version, origin, updated_at"
-            " FROM popagent_memories WHERE resource_id = %s ORDER BY id",
-            (resource_id,),
-        )
-        memories = [tuple(r.values()) for r in await cur.fetchall()]
-        cur = await conn.execute(
-            "SELECT fact_id, version, content, ended, valid_to FROM popagent_fact_versions"
-            " WHERE resource_id = %s ORDER BY fact_id, version",
-            (resource_id,),
-        )
-        versions = [tuple(r.values()) for r in await cur.fetchall()]
-    return tuple(memories), tuple(versions)
 
 
 async def version_rows(memory: popagent.LongTermMemory, resource_id: str, fact_id: int) -> int:
@@ -151,13 +133,13 @@ async def test_bad_expires_at_is_refused_naming_the_field(
     assert response.json()["field"] == "expires_at"
     assert await count_rows(memory, resource) == 0
     fact = await create(api, content="Stays as it is")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await api.patch(
         f"/api/facts/{fact['id']}", json={"content": "changed", "expires_at": expires_at}
     )
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "expires_at"
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_expired_fact_is_not_recalled_but_readable_until_maintenance(
@@ -312,11 +294,11 @@ async def test_purge_must_be_a_strict_boolean(
     api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str, purge: str
 ) -> None:
     fact = await create(api, content="Not to be deleted by a loose flag")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await api.delete(f"/api/facts/{fact['id']}", params={"purge": purge})
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "purge"
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_restore_unknown_fact_or_version_is_404(
@@ -324,7 +306,7 @@ async def test_restore_unknown_fact_or_version_is_404(
 ) -> None:
     fact = await create(api, content="One value only")
     await api.patch(f"/api/facts/{fact['id']}", json={"content": "Second value"})
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     for path, version in (
         (f"/api/facts/{fact['id']}/restore", 2),  # the current one is not a kept version
         (f"/api/facts/{fact['id']}/restore", 99),
@@ -334,7 +316,7 @@ async def test_restore_unknown_fact_or_version_is_404(
         assert response.status_code == 404, response.text
         assert response.json()["error"] == "not_found"
     assert (await api.get("/api/facts/987654321/versions")).status_code == 404
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_episode_has_no_fact_history(
@@ -370,11 +352,11 @@ async def test_restore_body_is_strict(
 ) -> None:
     fact = await create(api, content="First")
     await api.patch(f"/api/facts/{fact['id']}", json={"content": "Second"})
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await api.post(f"/api/facts/{fact['id']}/restore", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["field"] == field
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_restore_conflict_is_409_and_writes_nothing(
@@ -383,11 +365,11 @@ async def test_restore_conflict_is_409_and_writes_nothing(
     fact = await create(api, content="Likes jazz", key="music")
     await api.patch(f"/api/facts/{fact['id']}", json={"key": "music.old"})
     await create(api, content="Likes techno", key="music")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await api.post(f"/api/facts/{fact['id']}/restore", json={"version": 1})
     assert response.status_code == 409, response.text
     assert response.json()["error"] == "conflict"
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 # --- sessions: writes and revert --------------------------------------------------------------
@@ -482,11 +464,11 @@ async def test_revert_needs_strict_confirmation(
     field: str,
 ) -> None:
     await memory.remember(resource, "Written by s1", session_id="s1")
-    before = await state(memory, resource)
+    before = await memory_state(memory, resource)
     response = await api.post("/api/sessions/s1/revert", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["field"] == field
-    assert await state(memory, resource) == before
+    assert await memory_state(memory, resource) == before
 
 
 async def test_history_routes_never_reach_another_resource(
@@ -495,7 +477,7 @@ async def test_history_routes_never_reach_another_resource(
     theirs = await memory.create_fact(other_resource, "Their first value", key="k")
     await memory.update_fact(other_resource, theirs.id, content="Their second value")
     await memory.remember(other_resource, "Their session's fact", session_id="s1")
-    before = await state(memory, other_resource)
+    before = await memory_state(memory, other_resource)
     assert (await api.get(f"/api/facts/{theirs.id}/versions")).status_code == 404
     restore = await api.post(f"/api/facts/{theirs.id}/restore", json={"version": 1})
     assert restore.status_code == 404
@@ -504,5 +486,5 @@ async def test_history_routes_never_reach_another_resource(
     assert (await api.get("/api/sessions/s1/writes")).json()["memories"] == []
     report = (await api.post("/api/sessions/s1/revert", json={"confirm": True})).json()
     assert report == {"restored": [], "deleted": [], "skipped": []}
-    assert await state(memory, other_resource) == before
+    assert await memory_state(memory, other_resource) == before
     assert await count_rows(memory, resource) == 0

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,23 +26,23 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
 from popagent.access import AllowedHosts, parse_allowed_hosts, split_host
 from popagent.errors import ValidationError
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
-from popagent.web import ServerConfig, create_app
+from popagent.web import ServerConfig
+from tests.db_support import scratch_database
 from tests.scripted_model import ScriptedModelServer
 from tests.web_support import (
     api_client,
+    cli_command,
     count_rows,
     free_port,
-    in_process,
     scripted_settings,
     uvicorn_server,
+    wait_healthy,
 )
 
 ERROR_KEYS = {"error", "message", "field"}
@@ -276,19 +275,6 @@ def _json_lines(stderr: str) -> list[dict[str, Any]]:
     return lines
 
 
-def _wait_healthy(base: str, process: subprocess.Popen[str], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None, "the server exited"
-        assert time.monotonic() < deadline, "the server did not come up"
-        time.sleep(0.1)
-
-
 def test_database_outage_answers_503_quickly_and_logs_only_json(tmp_path: Path) -> None:
     """Kill -9 the postmaster under a running ``popagent serve``: every route answers
     503 with the error body (the GUI an HTML page) well within 5 s, /healthz 503, and
@@ -297,10 +283,7 @@ def test_database_outage_answers_503_quickly_and_logs_only_json(tmp_path: Path) 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "popagent.cli",
+        cli_command(
             "--database-url",
             database.url,
             "--resource-id",
@@ -312,14 +295,14 @@ def test_database_outage_answers_503_quickly_and_logs_only_json(tmp_path: Path) 
             "0",
             "--allowed-host",
             "memory.example",
-        ],
+        ),
         env=_serve_env(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
     )
     outage: list[httpx.Response] = []
     try:
-        _wait_healthy(base, process)
+        wait_healthy(base, process)
         with httpx.Client(base_url=base, timeout=60) as client:
             created = client.post("/api/facts", json={"content": "Sings in a choir"})
             assert created.status_code == 201, created.text
@@ -391,23 +374,6 @@ async def test_an_unexpected_error_is_a_json_500(database_url: str, resource: st
     assert "Traceback" not in body["message"] and "popagent_memories" not in body["message"]
 
 
-@contextmanager
-def scratch_database(database_url: str) -> Iterator[str]:
-    """A database of its own on the suite's server, dropped afterwards."""
-    name = f"popagent_scratch_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(database_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 # --- 4, 5. error fields -----------------------------------------------------------------------
 
 
@@ -428,12 +394,7 @@ async def test_nul_in_a_chat_message_names_the_message_field(
     scripted: ScriptedModelServer,
     resource: str,
 ) -> None:
-    app = create_app(
-        ServerConfig(resource_id=resource, maintenance_interval_s=None),
-        memory=memory,
-        model=chat_model,
-    )
-    async with in_process(app) as client:
+    async with api_client(memory, resource, chat_model) as client:
         for message in ("before\x00after", "\x00"):
             response = await client.post("/api/sessions/nul/chat", json={"message": message})
             assert response.status_code == 422, response.text

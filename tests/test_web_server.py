@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +21,15 @@ from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.scheduler import SCHEDULE_LOCK_ID, MaintenanceScheduler
 from tests.scripted_model import Fail, Reply, ScriptedModelServer
-from tests.web_support import free_port, in_process, scripted_settings, uvicorn_server
+from tests.web_support import (
+    api_client,
+    cli_command,
+    free_port,
+    in_process,
+    scripted_settings,
+    uvicorn_server,
+    wait_healthy,
+)
 
 TOKEN = "t0ken-for-tests-0123456789"
 
@@ -91,13 +98,8 @@ async def test_turns_of_one_session_take_turns(
     scripted: ScriptedModelServer,
     resource: str,
 ) -> None:
-    app = create_app(
-        ServerConfig(resource_id=resource, maintenance_interval_s=None),
-        memory=memory,
-        model=chat_model,
-    )
     scripted.script(*[Reply(f"reply {i}") for i in range(4)])
-    async with in_process(app) as client:
+    async with api_client(memory, resource, chat_model) as client:
         replies = await asyncio.gather(
             *[
                 client.post("/api/sessions/busy/chat", json={"message": f"message {i}"})
@@ -211,34 +213,16 @@ def test_popagent_serve_from_the_command_line(tmp_path: Path) -> None:
     ):
         env.pop(name, None)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "popagent.cli",
-            "--resource-id",
-            "serve-test",
-            "--data-dir",
-            str(data_dir),
-            "serve",
-            "--port",
-            str(port),
-        ],
+        cli_command(
+            "--resource-id", "serve-test", "--data-dir", str(data_dir), "serve", "--port", str(port)
+        ),
         env=env,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "the server exited"
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.1)
+        wait_healthy(base, process)
         created = httpx.post(f"{base}/api/facts", json={"content": "Plays the oboe on Sundays"})
         assert created.status_code == 201
         assert created.json()["resource_id"] == "serve-test"

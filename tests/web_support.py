@@ -4,6 +4,8 @@ real uvicorn on 127.0.0.1 in a background thread."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +18,7 @@ from fastapi import FastAPI
 
 import popagent
 from popagent.llm import ModelSettings
+from popagent.llm.protocol import ChatModel
 from popagent.web import ServerConfig, create_app
 from tests.scripted_model import ScriptedModelServer
 
@@ -49,12 +52,14 @@ def scripted_settings(
 
 @asynccontextmanager
 async def api_client(
-    memory: popagent.LongTermMemory, resource_id: str
+    memory: popagent.LongTermMemory, resource_id: str, model: ChatModel | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the server app for ``resource_id`` on ``memory``, no model, no schedule."""
+    """A client of the server app for ``resource_id`` on ``memory``, no schedule; chat
+    turns use ``model`` (without one, and never from the environment, they answer 503)."""
     app = create_app(
         ServerConfig(resource_id=resource_id, maintenance_interval_s=None),
         memory=memory,
+        model=model,
         model_from_env=False,
     )
     async with in_process(app) as client:
@@ -70,6 +75,47 @@ async def count_rows(memory: popagent.LongTermMemory, resource_id: str) -> int:
         row = await cur.fetchone()
     assert row is not None
     return int(row["n"])
+
+
+async def memory_state(memory: popagent.LongTermMemory, resource_id: str) -> tuple[Any, ...]:
+    """Every memory and fact version of ``resource_id``, exactly: a refused write must
+    leave it as it was."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id, key, content, importance, expires_at, version, origin, updated_at"
+            " FROM popagent_memories WHERE resource_id = %s ORDER BY id",
+            (resource_id,),
+        )
+        memories = [tuple(r.values()) for r in await cur.fetchall()]
+        cur = await conn.execute(
+            "SELECT fact_id, version, content, ended, valid_to FROM popagent_fact_versions"
+            " WHERE resource_id = %s ORDER BY fact_id, version",
+            (resource_id,),
+        )
+        versions = [tuple(r.values()) for r in await cur.fetchall()]
+    return tuple(memories), tuple(versions)
+
+
+def cli_command(*args: str) -> list[str]:
+    """``popagent ARGS`` as this interpreter runs it."""
+    return [sys.executable, "-m", "popagent.cli", *args]
+
+
+def wait_healthy(base: str, process: subprocess.Popen[str], seconds: float = 60) -> None:
+    """Poll ``base``/healthz until it answers 200; fails when ``process`` (the server)
+    exits first, showing its stderr if piped, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            stderr = process.communicate(timeout=30)[1] if process.stderr is not None else ""
+            raise AssertionError(f"the server exited ({process.returncode}): {stderr}")
+        assert time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.1)
 
 
 def free_port() -> int:
