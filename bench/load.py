@@ -10,7 +10,9 @@ the client costs little of the two cores the server also needs).
 Scenarios, each bounded by a request count and a time limit:
 
 1. baselines: ``LongTermMemory.recall`` in process (no HTTP), then one client
-   sending recall previews one after another over HTTP;
+   sending recall previews one after another over HTTP, then the same client
+   asking for an unknown path (a 404): what any request costs the server
+   before a route runs, so that the preview's own cost reads as the difference;
 2. closed loop, 50 concurrent clients, each sending its next request as soon
    as the previous one is answered: recall previews; fact creates; a 90/10 mix;
 3. paced, 50 concurrent clients sharing a fixed total rate (open loop: latency
@@ -63,6 +65,7 @@ from latency import add_facts, admin_url, pct, queries, table, turns
 
 RESOURCE = "load-user"
 MEMORIES = 10_000
+FLOOR = "unknown route (404), 1 client"
 COLUMNS = "code workers scenario clients requests errors seconds req/s p50 p95 p99 max p95_vs_1 cpu_ms/req"
 
 
@@ -332,6 +335,12 @@ async def recall_scenarios(
     one, seconds = await measured(process, closed_loop, port, 1, recall_requests(300), limit)
     one_p95 = pct(one.latencies_ms, 95)
     rows.append(row("recall preview, 1 client", 1, one, seconds, one_p95))
+    # What any request costs this server (uvicorn, the middleware, routing, the
+    # access log, the socket writes) before a route does anything: an unknown path.
+    unknown = [("GET", "/api/no-such-route", None)] * 300
+    floor, seconds = await measured(process, closed_loop, port, 1, unknown, limit)
+    floor.errors -= floor.statuses.get(404, 0)  # the expected answer
+    rows.append(row(FLOOR, 1, floor, seconds, None))
     tally, seconds = await measured(process, closed_loop, port, clients, recall_requests(n), limit)
     rows.append(row("recall preview, closed loop", clients, tally, seconds, one_p95))
     return rows, one_p95
@@ -476,6 +485,16 @@ def summary(rows: list[dict[str, Any]]) -> None:
                 f"({old['cpu_ms/req'] / new['cpu_ms/req']:.2f}x less), "
                 f"p95 {old['p95']} -> {new['p95']} ms, req/s {old['req/s']} -> {new['req/s']}"
             )
+    floors = [
+        (find(code, "recall preview, 1 client"), find(code, FLOOR))
+        for code in ("baseline", "current")
+    ]
+    if all(one and floor and one["cpu_ms/req"] and floor["cpu_ms/req"] for one, floor in floors):
+        old, new = (one["cpu_ms/req"] - floor["cpu_ms/req"] for one, floor in floors)  # type: ignore[index]
+        print(
+            f"  recall preview, 1 client, less the cost of any request (a 404): cpu "
+            f"{old:.2f} -> {new:.2f} ms/req ({old / new:.2f}x less)"
+        )
     for r in rows:
         if r["code"] == "current" and r["scenario"] == "recall preview, closed loop":
             print(

@@ -18,8 +18,12 @@ import httpx
 import pytest
 
 import popagent
+from popagent.memory.render import render
+from popagent.models import Provenance
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
+from popagent.web.api.recall import recall_json
+from popagent.web.schemas import RecallOut
 from tests.observe_support import insert_observed
 from tests.web_support import api_client, count_rows
 
@@ -249,6 +253,40 @@ async def test_recall_preview_explains_and_renders(
     assert body["rendered"].startswith(popagent.HEADER)
     # The preview is not a use; only the library recall above counted as one.
     assert [m.access_count for m in await memory.list_memories(resource)] == [1, 1]
+
+
+async def test_recall_preview_writes_what_its_response_model_would(
+    api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    """The preview's JSON is written from the results directly (``recall_json``): it must
+    be, byte for byte, what ``RecallOut`` writes, for every kind of field a result holds."""
+    await memory.remember(resource, "Keeps bees on the roof", key="hobby", importance=1.0)
+    await memory.remember(
+        resource,
+        "Bee club meets on Tuesdays",
+        expires_at=datetime.now(UTC) + timedelta(days=30),
+        provenance=Provenance(origin="cli", tool_call_id="call-1"),
+    )
+    await memory.retain_episode(resource, "s1", "Any bees news? \u00e9\U0001f41d", 'Yes: "honey"')
+    await memory.retain_episode(
+        resource, "s2", "bees last week", "ok", created_at=datetime.now(UTC) - timedelta(days=5)
+    )
+    for query in ("bees", "bees last week", "bee club tuesday", "nothing matches this"):
+        response = await api.post("/api/recall", json={"query": query, "limit": 10})
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/json"
+        # What the response model writes of what the response says is the response.
+        parsed = RecallOut.model_validate_json(response.content)
+        assert parsed.model_dump_json().encode() == response.content
+        # And of the library's results (recency moves with time, so the same results).
+        results = await memory.recall(resource, query, limit=10, touch=False)
+        expected = RecallOut.model_validate(
+            {"query": query, "results": [r.to_json() for r in results], "rendered": render(results)}
+        )
+        assert recall_json(query, results) == expected.model_dump_json().encode()
+        assert [r.memory.id for r in parsed.results] == [r.memory.id for r in results]
+        assert len(results) >= (4 if query == "bees" else 0)
+    assert len(RecallOut.model_validate_json(response.content).results) == 0
 
 
 async def test_cleanup_needs_confirmation(

@@ -100,7 +100,7 @@ WITH q AS MATERIALIZED (
     FROM (SELECT lexeme, df FROM known UNION SELECT lexeme, documents FROM near) AS l,
          corpus c
 ), terms AS MATERIALIZED (
-    SELECT k.lexeme, i.idf AS text_idf, coalesce(best.idf, i.idf) AS trigram_weight
+    SELECT k.lexeme, k.df, i.idf AS text_idf, coalesce(best.idf, i.idf) AS trigram_weight
     FROM known k
     JOIN idfs i ON i.lexeme = k.lexeme
     LEFT JOIN near b ON b.of = k.lexeme AND b.position = 1
@@ -147,28 +147,35 @@ WITH q AS MATERIALIZED (
            tm.value AS time_signal
     FROM signals s
     CROSS JOIN totals t
+    CROSS JOIN corpus c
+    CROSS JOIN LATERAL (
+        -- One pass over the query's lexemes: a term's count in the memory by position in
+        -- its held lexemes (no join to build per row); a neighbour only for an unknown one.
+        SELECT count(x.tf) AS matched,
+               sum(terms.text_idf * x.tf * %(k1_plus_1)s
+                   / (x.tf + %(k1)s * (1.0 - %(b)s + %(b)s * s.length / c.average_length)))
+                   AS bm25,
+               sum(CASE WHEN t.trigram_total <= 1e-9 THEN 1.0 ELSE terms.trigram_weight END
+                   * CASE WHEN x.tf IS NOT NULL THEN 1.0
+                          WHEN terms.df > 0 THEN 0.0
+                          ELSE coalesce((SELECT max(n.similarity) FROM near n
+                                         WHERE n.of = terms.lexeme
+                                           AND n.lexeme = ANY(s.held)), 0.0)
+                     END) AS covered
+        FROM terms
+        CROSS JOIN LATERAL (SELECT s.counts[array_position(s.held, terms.lexeme)] AS tf) AS x
+    ) AS f
     CROSS JOIN LATERAL (
         SELECT CASE
-            WHEN count(*) = 0 THEN 0.0
-            WHEN t.text_total <= 1e-9 THEN count(*)::float8 / t.lexemes
-            ELSE least(1.0, sum(terms.text_idf * f.tf * %(k1_plus_1)s / (f.tf + %(k1)s
-                           * (1.0 - %(b)s + %(b)s * s.length / c.average_length)))
-                       / t.text_total)
+            WHEN f.matched = 0 THEN 0.0
+            WHEN t.text_total <= 1e-9 THEN f.matched::float8 / t.lexemes
+            ELSE least(1.0, f.bm25 / t.text_total)
         END AS value
-        FROM unnest(s.held, s.counts) AS f(lexeme, tf)
-        JOIN terms ON terms.lexeme = f.lexeme
-        CROSS JOIN corpus c
     ) AS tx
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN count(*) = 0 THEN 0.0 ELSE least(1.0, sum(
-            CASE WHEN t.trigram_total <= 1e-9 THEN 1.0 ELSE terms.trigram_weight END
-            * CASE WHEN terms.lexeme = ANY(s.held) THEN 1.0
-                   ELSE coalesce((SELECT max(n.similarity) FROM near n
-                                  WHERE n.of = terms.lexeme AND n.lexeme = ANY(s.held)), 0.0)
-              END)
+        SELECT CASE WHEN t.lexemes = 0 THEN 0.0 ELSE least(1.0, f.covered
             / CASE WHEN t.trigram_total <= 1e-9 THEN t.lexemes::float8 ELSE t.trigram_total END)
         END AS value
-        FROM terms
     ) AS tg
     CROSS JOIN LATERAL (
         SELECT CASE WHEN s.updated_at >= %(now)s THEN 1.0

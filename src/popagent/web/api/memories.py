@@ -1,4 +1,5 @@
-"""``/api/memories``, ``/api/facts``, ``/api/episodes``, ``/api/recall``, ``/api/cleanup``.
+"""``/api/memories``, ``/api/facts``, ``/api/episodes``, ``/api/cleanup`` (``/api/recall``
+is in ``web.api.recall``).
 
 Every call acts on the server's resource. Episodes are immutable: they can be
 read and deleted, and there is no route that changes one. Lists are newest
@@ -19,7 +20,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from ...errors import NotFoundError, ValidationError
-from ...memory.render import render
 from ...memory.validation import KEY_CAP
 from ...models import Memory, MemoryFilter, Provenance
 from ..schemas import (
@@ -32,8 +32,6 @@ from ..schemas import (
     FactUpdate,
     MemoryOut,
     MemoryPage,
-    RecallOut,
-    RecallRequest,
 )
 from ..services import services
 
@@ -263,23 +261,7 @@ async def delete_episode(request: Request, id: MemoryId) -> Response:
     return Response(status_code=204)
 
 
-# --- recall and cleanup -----------------------------------------------------------------------
-
-
-@router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
-async def recall(request: Request, body: RecallRequest) -> RecallOut:
-    """The ranked memories a turn would recall for ``query``, each with its score
-    components, and exactly the block the model would see. A preview is not a
-    use: the memories' access time and count stay as they were."""
-    s = services(request)
-    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit, touch=False)
-    return RecallOut.model_validate(
-        {
-            "query": body.query,
-            "results": [r.to_json() for r in results],
-            "rendered": render(results),
-        }
-    )
+# --- cleanup ----------------------------------------------------------------------------------
 
 
 @router.post("/cleanup", response_model=CleanupReport, summary="Delete long-term memory")

@@ -1,0 +1,72 @@
+"""``POST /api/recall``: the recall preview, the API's hottest route.
+
+It has a router of its own so that ``ROUTERS`` can put it first: FastAPI tries
+routes in order, and trying the two dozen routes before it cost a preview
+about 0.05 ms. Its response is written straight from the recall results
+(``recall_json``) rather than formatted as text, parsed back into
+``RecallOut`` and formatted again: the same bytes (a test compares them with
+``RecallOut``'s on every kind of result) for half the Python. ``RecallOut``
+stays the documented response model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import pydantic_core
+from fastapi import APIRouter, Request, Response
+
+from ...memory.render import render
+from ...models import Memory, RecallResult
+from ..schemas import ErrorOut, RecallOut, RecallRequest
+from ..services import services
+
+__all__ = ["recall_json", "router"]
+
+router = APIRouter(prefix="/api", tags=["memories"], responses={422: {"model": ErrorOut}})
+
+
+#: ``MemoryOut``'s fields, which are ``Memory``'s in the same order.
+_MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
+
+
+def _memory(memory: Memory) -> dict[str, Any]:
+    out = {name: getattr(memory, name) for name in _MEMORY_FIELDS}
+    out["message_ids"] = list(memory.message_ids)
+    return out
+
+
+def recall_json(query: str, results: list[RecallResult]) -> bytes:
+    """``RecallOut`` of ``results`` as JSON, byte for byte what the model would write."""
+    return pydantic_core.to_json(
+        {
+            "query": query,
+            "results": [
+                {
+                    "memory": _memory(r.memory),
+                    "score": r.score,
+                    "components": {
+                        c.name: {
+                            "value": c.value,
+                            "weight": c.weight,
+                            "contribution": c.contribution,
+                        }
+                        for c in r.components
+                    },
+                }
+                for r in results
+            ],
+            "rendered": render(results),
+        }
+    )
+
+
+@router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
+async def recall(request: Request, body: RecallRequest) -> Response:
+    """The ranked memories a turn would recall for ``query``, each with its score
+    components, and exactly the block the model would see. A preview is not a
+    use: the memories' access time and count stay as they were."""
+    s = services(request)
+    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit, touch=False)
+    return Response(recall_json(body.query, results), media_type="application/json")
