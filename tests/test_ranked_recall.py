@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.memory.ranking import RankingWeights, rank
 from popagent.memory.recall import candidate_idfs, recall_pool
@@ -197,6 +198,35 @@ def test_positional_numbers_each_named_placeholder() -> None:
     assert ranked.positional("a %(x)s b %(y)s %(x)s %% c", ("x", "y")) == "a $1 b $2 $1 % c"
     with pytest.raises(ValueError, match="placeholder"):
         ranked.positional("a %(z)s", ("x",))
-    for statement in (ranked.LEXICAL_RECALL, ranked.LEXICAL_RECALL_TOUCH):
-        converted = ranked.positional(statement)
+    for touch in (False, True):
+        converted = ranked.statement(touch, 8, 32)
         assert "%(" not in converted and f"${len(ranked.PARAMETERS)}" in converted
+
+
+def test_statement_writes_the_limits_in_and_refuses_anything_else() -> None:
+    text = ranked.statement(False, 8, 32)
+    assert "LIMIT 32" in text and "LIMIT 8" in text and "%(" not in text
+    assert "UPDATE popagent_memories" in ranked.statement(True, 8, 32)
+    assert "UPDATE" not in text  # a preview writes nothing
+    for limit, pool in ((0, 32), (8, -1), (True, 32), ("8", 32)):
+        with pytest.raises(ValueError, match="positive integers"):
+            ranked.statement(False, limit, pool)
+
+
+async def test_repeated_recalls_run_one_generic_plan(corpus: str, database_url: str) -> None:
+    """After PostgreSQL's first five plans the prepared statement runs one generic plan,
+    not a fresh plan per recall. (Among 100 resources the limits as parameters made
+    PostgreSQL plan every recall afresh; bench/latency.py's scenario 2 shows that case,
+    which this small corpus does not provoke.)"""
+    async with popagent.connect(database_url, min_size=1, max_size=1) as one:
+        for query in QUERIES * 3:
+            await one.recall(corpus, query, now=NOW, touch=False)
+        async with one.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE '%%popagent_scoped_lexemes%%'"
+            )
+            plans = await cur.fetchone()
+    assert plans is not None
+    # psycopg prepares it at the 6th run; PostgreSQL plans its first 5 runs afresh.
+    assert plans["custom_plans"] == 5 and plans["generic_plans"] >= 15
