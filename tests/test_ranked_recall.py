@@ -213,11 +213,20 @@ def test_statement_writes_the_limits_in_and_refuses_anything_else() -> None:
             ranked.statement(False, limit, pool)
 
 
-async def test_repeated_recalls_run_one_generic_plan(corpus: str, database_url: str) -> None:
+async def test_repeated_recalls_run_one_generic_plan(
+    memory: LongTermMemory, corpus: str, database_url: str
+) -> None:
     """After PostgreSQL's first five plans the prepared statement runs one generic plan,
-    not a fresh plan per recall. (Among 100 resources the limits as parameters made
-    PostgreSQL plan every recall afresh; bench/latency.py's scenario 2 shows that case,
-    which this small corpus does not provoke.)"""
+    not a fresh plan per recall, for a small resource beside a large one (the case in
+    which a visible resource id made PostgreSQL plan every recall afresh)."""
+    rng = random.Random(3)
+    big = [
+        EpisodeTurn("b", " ".join(rng.sample(WORDS, 5)), f"big {i}", NOW - timedelta(days=i % 300))
+        for i in range(4_000)
+    ]
+    await memory.retain_episodes(f"{corpus}-big", big)
+    async with memory.pool.connection() as conn:
+        await conn.execute("ANALYZE popagent_memories, popagent_lexeme_stats")
     async with popagent.connect(database_url, min_size=1, max_size=1) as one:
         for query in QUERIES * 3:
             await one.recall(corpus, query, now=NOW, touch=False)

@@ -133,7 +133,8 @@ WITH q AS MATERIALIZED (
     ORDER BY covered DESC, m.id DESC
     LIMIT %(pool)s
 ), signals AS (
-    SELECT m.*, length(m.search_vector) AS length, h.held, h.counts
+    SELECT m.*, length(m.search_vector) AS length, h.held, h.counts,
+           (SELECT average_length FROM corpus) AS average_length
     FROM hits
     JOIN popagent_memories m ON m.resource_id = %(resource_id)s AND m.id = hits.id
     CROSS JOIN LATERAL (
@@ -144,18 +145,44 @@ WITH q AS MATERIALIZED (
     ) AS h
     WHERE m.expires_at IS NULL OR m.expires_at > now()  -- an expired fact is never recalled
 ), scored AS (
-    SELECT s.*, tx.value AS text_signal, tg.value AS trigram_signal, rc.value AS recency_signal,
+    -- The signals as plain expressions over one aggregate per memory: each LATERAL
+    -- here would be one more relation for the planner to order (planning time).
+    SELECT s.*,
+           CASE
+               WHEN f.matched = 0 THEN 0.0::float8
+               WHEN t.text_total <= 1e-9 THEN f.matched::float8 / t.lexemes
+               ELSE least(1.0, f.bm25 / t.text_total)
+           END AS text_signal,
+           CASE
+               WHEN t.lexemes = 0 THEN 0.0::float8
+               ELSE least(1.0, f.covered / CASE WHEN t.trigram_total <= 1e-9
+                                                THEN t.lexemes::float8 ELSE t.trigram_total END)
+           END AS trigram_signal,
+           CASE
+               WHEN s.updated_at >= %(now)s THEN 1.0::float8
+               ELSE power(0.5::float8, extract(epoch FROM %(now)s - s.updated_at)::float8
+                                       / 86400.0 / %(half_life_days)s)
+           END AS recency_signal,
            CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END AS fact_signal,
-           tm.value AS time_signal
+           CASE
+               WHEN %(window_start)s::timestamptz IS NULL THEN NULL::float8
+               WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s
+                   THEN 1.0::float8
+               WHEN s.created_at < %(window_start)s
+                   THEN power(0.5::float8,
+                              extract(epoch FROM %(window_start)s - s.created_at)::float8
+                              / 86400.0 / %(window_scale)s)
+               ELSE power(0.5::float8, extract(epoch FROM s.created_at - %(window_end)s)::float8
+                                       / 86400.0 / %(window_scale)s)
+           END AS time_signal
     FROM signals s
     CROSS JOIN totals t
-    CROSS JOIN corpus c
     CROSS JOIN LATERAL (
         -- One pass over the query's lexemes: a term's count in the memory by position in
         -- its held lexemes (no join to build per row); a neighbour only for an unknown one.
         SELECT count(x.tf) AS matched,
                sum(terms.text_idf * x.tf * %(k1_plus_1)s
-                   / (x.tf + %(k1)s * (1.0 - %(b)s + %(b)s * s.length / c.average_length)))
+                   / (x.tf + %(k1)s * (1.0 - %(b)s + %(b)s * s.length / s.average_length)))
                    AS bm25,
                sum(CASE WHEN t.trigram_total <= 1e-9 THEN 1.0 ELSE terms.trigram_weight END
                    * CASE WHEN x.tf IS NOT NULL THEN 1.0
@@ -167,35 +194,6 @@ WITH q AS MATERIALIZED (
         FROM terms
         CROSS JOIN LATERAL (SELECT s.counts[array_position(s.held, terms.lexeme)] AS tf) AS x
     ) AS f
-    CROSS JOIN LATERAL (
-        SELECT CASE
-            WHEN f.matched = 0 THEN 0.0
-            WHEN t.text_total <= 1e-9 THEN f.matched::float8 / t.lexemes
-            ELSE least(1.0, f.bm25 / t.text_total)
-        END AS value
-    ) AS tx
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN t.lexemes = 0 THEN 0.0 ELSE least(1.0, f.covered
-            / CASE WHEN t.trigram_total <= 1e-9 THEN t.lexemes::float8 ELSE t.trigram_total END)
-        END AS value
-    ) AS tg
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN s.updated_at >= %(now)s THEN 1.0
-                    ELSE power(0.5::float8, extract(epoch FROM %(now)s - s.updated_at)::float8
-                                            / 86400.0 / %(half_life_days)s)
-               END AS value
-    ) AS rc
-    CROSS JOIN LATERAL (
-        SELECT CASE
-            WHEN %(window_start)s::timestamptz IS NULL THEN NULL
-            WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s THEN 1.0
-            WHEN s.created_at < %(window_start)s
-                THEN power(0.5::float8, extract(epoch FROM %(window_start)s - s.created_at)::float8
-                                        / 86400.0 / %(window_scale)s)
-            ELSE power(0.5::float8, extract(epoch FROM s.created_at - %(window_end)s)::float8
-                                    / 86400.0 / %(window_scale)s)
-        END AS value
-    ) AS tm
 ), ranked AS MATERIALIZED (
     SELECT s.*,
            s.text_signal * %(w_text)s + s.trigram_signal * %(w_trigram)s
@@ -309,19 +307,26 @@ def positional(query: str, names: Sequence[str] = PARAMETERS) -> str:
 
 @lru_cache(maxsize=64, typed=True)
 def statement(touch: bool, limit: int, pool: int) -> str:
-    """The statement to run, with ``limit`` and ``pool`` written in as numbers.
+    """The statement to run: ``limit`` and ``pool`` written in as numbers, and the
+    resource id read through ``(SELECT $1)``.
 
-    As parameters, PostgreSQL's generic plan must guess the two ``LIMIT``s (a
-    tenth of the rows) and then costs the whole scoring for thousands of rows;
-    it kept planning every execution afresh instead (custom plans, about 1.5
-    ms of a 4 ms recall among 100 resources). With the numbers in the text the
-    prepared statement's generic plan is the right one. Recall's limits are
-    few (8 by default), so a statement per limit stays within psycopg's cache
-    of prepared statements.
+    Both are for PostgreSQL's plan cache. Planning this statement takes about a
+    millisecond, so psycopg prepares it and PostgreSQL should reuse one generic
+    plan; it does so only when that plan's estimated cost is no worse than the
+    plans made for the actual values. With the ``LIMIT``s as parameters the
+    generic plan had to guess them (a tenth of the rows) and costed the scoring
+    for thousands of rows; with the resource id visible, a small resource among
+    large ones always looked cheaper planned afresh. Either way PostgreSQL
+    planned every recall again (1.5 ms of a 3 to 4 ms recall). Behind a scalar
+    subquery the id is a value known only at execution, in every plan alike, so
+    the generic plan is chosen; the indexes are used the same way. Recall's
+    limits are few (8 by default), so a statement per limit stays within
+    psycopg's cache of prepared statements.
     """
     if not all(type(n) is int and n > 0 for n in (limit, pool)):  # no bools, no text
         raise ValueError("limit and pool must be positive integers")
     text = LEXICAL_RECALL_TOUCH if touch else LEXICAL_RECALL
+    text = text.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
     return positional(text.replace("%(limit)s", str(limit)).replace("%(pool)s", str(pool)))
 
 
