@@ -39,6 +39,7 @@ __all__ = [
     "provenance_params",
     "row_to_memory",
     "touch_accessed",
+    "touch_statement",
     "tuple_to_memory",
     "update_fact",
     "upsert_fact_by_hash",
@@ -478,24 +479,33 @@ async def cleanup(
 
 # --- access bookkeeping ---------------------------------------------------------------------
 
+
 # SKIP LOCKED: recall never waits for (or deadlocks with) maintenance or a writer
 # holding a row; access statistics are best effort by design. Synchronous commit
 # is off for this statement's own transaction alone (set_config's is_local), so a
 # recall never waits for a WAL flush: a crash may lose the last few access
 # counts, never a memory.
-TOUCH_ACCESSED = """
+def touch_statement(ids: str) -> str:
+    """The access bookkeeping of the memories ``ids`` (an SQL condition on ``id``) selects.
+
+    Shared by ``TOUCH_ACCESSED`` and lexical recall's one statement (``store.ranked``).
+    """
+    return f"""
 UPDATE popagent_memories m
 SET accessed_at = now(), access_count = m.access_count + 1
 FROM (
     SELECT id FROM popagent_memories
-    WHERE resource_id = %(resource_id)s AND id = ANY(%(ids)s)
+    WHERE resource_id = %(resource_id)s AND id {ids}
     ORDER BY id
     FOR UPDATE SKIP LOCKED
 ) touched,
 (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE m.resource_id = %(resource_id)s AND m.id = touched.id
-RETURNING m.id, m.accessed_at, m.access_count
+RETURNING m.resource_id, m.id, m.accessed_at, m.access_count
 """
+
+
+TOUCH_ACCESSED = touch_statement("= ANY(%(ids)s)")
 
 
 async def touch_accessed(

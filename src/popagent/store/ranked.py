@@ -46,7 +46,7 @@ from psycopg.rows import tuple_row
 
 from ..models import Memory
 from .database import Conn
-from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
+from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, touch_statement, tuple_to_memory
 from .recall import CANDIDATE_BUDGET, NEIGHBOUR_THRESHOLD, NEIGHBOURS_PER_LEXEME
 
 __all__ = [
@@ -218,19 +218,7 @@ ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
 """
 
 #: Lexical recall that records the access of what it returns (see the module docstring).
-LEXICAL_RECALL_TOUCH = f"""{_RANKED}, touched AS (
-    UPDATE popagent_memories m
-    SET accessed_at = now(), access_count = m.access_count + 1
-    FROM (
-        SELECT id FROM popagent_memories
-        WHERE resource_id = %(resource_id)s AND id IN (SELECT id FROM ranked)
-        ORDER BY id
-        FOR UPDATE SKIP LOCKED
-    ) AS t,
-    (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-    WHERE m.resource_id = %(resource_id)s AND m.id = t.id
-    RETURNING m.resource_id, m.id, m.accessed_at, m.access_count
-)
+LEXICAL_RECALL_TOUCH = f"""{_RANKED}, touched AS ({touch_statement("IN (SELECT id FROM ranked)")})
 SELECT {
     _SELECTED.replace("s.accessed_at", "coalesce(u.accessed_at, s.accessed_at)").replace(
         "s.access_count", "coalesce(u.access_count, s.access_count)"
