@@ -25,14 +25,27 @@ latency p50/p95/p99/max in ms, p95 against the one-client baseline, and
 PostgreSQL) spent per request, or for the in-process row this process's own
 CPU per recall: what one recall costs in Python, whatever the machine's load.
 
+4. ``--burst``, instead of the above: a burst of ``--burst-size`` writes and as
+   many recalls, all at once on a healthy database, through the API (``serve
+   --workers 2``, each request on a connection of its own), the library
+   (``popagent.connect``, a pool of 10) and each framework adapter (LangGraph's
+   store, LangChain's tools and retriever, the OpenAI Agents SDK's tools and
+   session, Pydantic AI's toolset). Printed per scenario: requests, answered
+   ok, errors by kind (``busy``: ``DatabaseBusyError`` / 503 ``database_busy``;
+   ``down``: another ``DatabaseError`` / 503 ``database_unavailable``;
+   ``other``), p50/p95/max latency from the burst's start, and audit rows
+   missing (every adapter call writes two). Waiting in line is not an outage:
+   the aim is zero errors of any kind.
+
 ``--baseline PATH`` (a checkout of an earlier commit, e.g. ``git worktree add
 /tmp/base <commit>``) runs the in-process and recall scenarios of that code
-too, on the same data in the same run (its server with ``PYTHONPATH=PATH/src``),
+too (with ``--burst``, every burst scenario), on the same data in the same run (its server with ``PYTHONPATH=PATH/src``),
 for before/after tables; ``--workers 1,2`` serves the current code with each
 worker count (the recall scenarios), to show how throughput scales.
 
     python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300]
                          [--baseline PATH] [--workers 1,2] [--json PATH]
+    python bench/load.py --burst [--burst-size 1000] [--baseline PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -219,9 +232,9 @@ def row(
     }
 
 
-async def load_resource(url: str) -> None:
-    async with popagent.connect(url, max_size=4) as memory:
-        batch = turns("load", MEMORIES - 20)
+async def load_resource(url: str, episodes: int = MEMORIES - 20) -> None:
+    async with popagent.connect(url, max_size=4, embedder=None) as memory:
+        batch = turns("load", episodes)
         for i in range(0, len(batch), 1000):
             await memory.retain_episodes(RESOURCE, batch[i : i + 1000])
         await add_facts(memory, RESOURCE)
@@ -253,7 +266,8 @@ asyncio.run(main())
 
 
 def _env(url: str, src: Path | None) -> dict[str, str]:
-    env = {**os.environ, "POPAGENT_DATABASE_URL": url}
+    # Lexical recall, as in every code this compares (no model loaded, no vectors).
+    env = {**os.environ, "POPAGENT_DATABASE_URL": url, "POPAGENT_EMBEDDER": "none"}
     env.pop("POPAGENT_MODEL", None)
     if src is not None:
         env["PYTHONPATH"] = str(src / "src")
@@ -402,6 +416,191 @@ def serve_and_measure(
     return [{"code": code, "workers": shown or "1", **r} for r in rows]
 
 
+# --- bursts: everything at once, on a healthy database ----------------------------------
+
+BURST_COLUMNS = "code scenario requests ok busy down other seconds p50 p95 max audit_missing"
+BURST_SCENARIOS = (
+    "library",
+    "langgraph store",
+    "langchain tools+retriever",
+    "openai-agents tools",
+    "openai-agents session",
+    "pydantic-ai toolset",
+)
+
+# Run in a subprocess per source tree and scenario (the baseline's code too): ``n``
+# writes and ``n`` recalls (or reads) at once through one surface; prints JSON.
+BURST_CHILD = """
+import asyncio, json, sys, time
+import popagent
+from popagent import errors
+
+def kind_of(exc):
+    if isinstance(exc, getattr(errors, "DatabaseBusyError", ())):
+        return "busy"
+    if isinstance(exc, errors.DatabaseError):
+        return "down"
+    return "other:" + type(exc).__name__
+
+def kind_of_text(text):
+    # Tools answer a failure as text the model reads ("Refused, nothing was stored: ...").
+    if not text.startswith("Refused"):
+        return None
+    if "busy" in text or "stayed in use" in text:
+        return "busy"
+    return "down" if ("PostgreSQL" in text or "database" in text) else "other:refused"
+
+async def main():
+    url, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rid = "load-user"  # the seeded resource, as the API's
+    async def audit_rows(memory):
+        async with memory.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS c FROM popagent_audit WHERE resource_id = %s", (rid,))
+            return (await cur.fetchone())["c"]
+    async with popagent.connect(url, max_size=10, embedder=None) as memory:
+        before = await audit_rows(memory)
+        write, read = await surfaces(memory, rid, scenario)
+        began = time.perf_counter()
+        out = []
+        async def timed(work):
+            try:
+                result = await work
+                kind = kind_of_text(result) if isinstance(result, str) else None
+            except Exception as exc:
+                kind = kind_of(exc)
+            out.append(((time.perf_counter() - began) * 1000, kind))
+        await asyncio.gather(*(timed(f(i)) for i in range(n) for f in (write, read)))
+        seconds = time.perf_counter() - began
+        calls = 0 if scenario in ("library", "openai-agents session") else 2 * n
+        rows = await audit_rows(memory) - before
+    print(json.dumps({"results": out, "seconds": seconds, "audit_missing": 2 * calls - rows}))
+
+async def surfaces(memory, rid, scenario):
+    n = int(sys.argv[3])
+    if scenario == "library":
+        return (lambda i: memory.remember(rid, f"Burst fact number {i} about the garden"),
+                lambda i: memory.recall(rid, f"garden fact number {i}"))
+    if scenario == "langgraph store":
+        from popagent.adapters.langgraph import PopagentStore
+        store = PopagentStore(memory, rid)
+        return (lambda i: store.aput(("burst",), f"k{i}", {"text": f"garden item {i}"}),
+                lambda i: store.asearch(("burst",), query=f"garden item number {i}"))
+    if scenario == "langchain tools+retriever":
+        from popagent.adapters.langchain import PopagentRetriever, memory_tools
+        remember = memory_tools(memory, rid)[0]
+        retriever = PopagentRetriever.of(memory, rid)
+        return (lambda i: remember.ainvoke({"content": f"Burst fact number {i} about the garden"}),
+                lambda i: retriever.ainvoke(f"garden fact number {i}"))
+    if scenario == "openai-agents tools":
+        from popagent.adapters.openai_agents import memory_tools
+        remember, recall = memory_tools(memory, rid)
+        return (lambda i: remember.on_invoke_tool(None, json.dumps({"content": f"Burst fact number {i} about the garden"})),
+                lambda i: recall.on_invoke_tool(None, json.dumps({"query": f"garden fact number {i}"})))
+    if scenario == "openai-agents session":
+        from popagent.adapters.openai_agents import PopagentSession
+        def session(i):
+            return PopagentSession.local(f"burst-{i}", memory, rid)
+        return (lambda i: session(i).add_items([{"role": "user", "content": f"Burst message {i}"}]),
+                lambda i: session(i + n).get_items())
+    if scenario == "pydantic-ai toolset":
+        from popagent.adapters.pydantic_ai import memory_toolset
+        tools = memory_toolset(memory, rid).tools
+        return (lambda i: tools["remember"].function(content=f"Burst fact number {i} about the garden"),
+                lambda i: tools["recall"].function(query=f"garden fact number {i}"))
+    raise SystemExit(f"unknown scenario {scenario}")
+
+asyncio.run(main())
+"""
+
+
+def burst_row(code: str, scenario: str, latencies: list[float], kinds: list[str | None],
+              seconds: float, audit_missing: int | str) -> dict[str, Any]:  # fmt: skip
+    errors = [k for k in kinds if k is not None]
+    return {
+        "code": code,
+        "scenario": scenario,
+        "requests": len(kinds),
+        "ok": len(kinds) - len(errors),
+        "busy": errors.count("busy"),
+        "down": errors.count("down"),
+        "other": len(errors) - errors.count("busy") - errors.count("down"),
+        "seconds": round(seconds, 1),
+        "p50": round(statistics.median(latencies), 1),
+        "p95": round(pct(latencies, 95), 1),
+        "max": round(max(latencies), 1),
+        "audit_missing": audit_missing,
+    }
+
+
+def burst_in_process(
+    url: str, scenario: str, n: int, src: Path | None, code: str
+) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", BURST_CHILD, url, scenario, str(n)],
+        env=_env(url, src),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        print(f"  {code} {scenario}: the run failed: {done.stderr[-800:]}", file=sys.stderr)
+        return burst_row(code, scenario, [0.0], ["other"], 0.0, "-")
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    latencies = [ms for ms, _kind in data["results"]]
+    kinds = [kind for _ms, kind in data["results"]]
+    return burst_row(code, scenario, latencies, kinds, data["seconds"], data["audit_missing"])
+
+
+async def burst_over_http(port: int, n: int) -> tuple[list[float], list[str | None], float]:
+    """``n`` fact creates and ``n`` recall previews at once, each on a connection of its own."""
+    began = time.perf_counter()
+    latencies: list[float] = []
+    kinds: list[str | None] = []
+
+    async def one(request: Request) -> None:
+        conn = Connection(port)
+        try:
+            status, body = await conn.request(*request)
+            kind = None
+            if status == 503:
+                kind = "busy" if b"database_busy" in body else "down"
+            elif not 200 <= status < 300:
+                kind = f"other:{status}"
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+            kind = f"other:{type(exc).__name__}"
+        finally:
+            conn.close()
+        latencies.append((time.perf_counter() - began) * 1000)
+        kinds.append(kind)
+
+    writes, reads = create_requests(n, "burst"), recall_requests(n)
+    await asyncio.gather(*(one(r) for pair in zip(writes, reads, strict=True) for r in pair))
+    return latencies, kinds, time.perf_counter() - began
+
+
+def burst_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    trees = [("current", None)]
+    if args.baseline is not None:
+        trees.insert(0, ("baseline", args.baseline))
+    for code, src in trees:
+        port = free_port()
+        server = start_server(url, port, tmp / f"burst-{code}.log", src, 2)
+        try:
+            asyncio.run(closed_loop(port, 20, recall_requests(100), 60))  # warm both workers
+            latencies, kinds, seconds = asyncio.run(burst_over_http(port, args.burst_size))
+            rows.append(burst_row(code, "API, serve --workers 2", latencies, kinds, seconds, "-"))
+            print(f"  {code} API: done", file=sys.stderr)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+        for scenario in BURST_SCENARIOS:
+            rows.append(burst_in_process(url, scenario, args.burst_size, src, code))
+            print(f"  {code} {scenario}: done", file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
@@ -411,6 +610,8 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--workers", default="1", help="worker counts to serve, e.g. 1,2")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--burst", action="store_true", help="run the burst scenarios only")
+    parser.add_argument("--burst-size", type=int, default=1000, help="writes (and recalls)")
     args = parser.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
     worker_counts = [int(w) for w in args.workers.split(",") if w]
@@ -421,6 +622,20 @@ def main() -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         url = make_conninfo(admin, dbname=dbname)
         try:
+            if args.burst:
+                asyncio.run(load_resource(url, episodes=2_000))
+                burst = burst_scenarios(args, url, Path(tmp))
+                table(
+                    f"Bursts on a healthy database: {args.burst_size:,} writes + "
+                    f"{args.burst_size:,} recalls at once per surface (lexical recall, a "
+                    "resource of 2,000 episodes); latency in ms from the burst's start; "
+                    "errors by kind (aim: none)",
+                    BURST_COLUMNS,
+                    burst,
+                )
+                if args.json:
+                    args.json.write_text(json.dumps(burst, indent=2))
+                return
             began = time.perf_counter()
             asyncio.run(load_resource(url))
             print(

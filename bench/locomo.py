@@ -178,6 +178,9 @@ async def ingest(memory: LongTermMemory, conversations: list[Conversation]) -> f
     start = time.perf_counter()
     for conv in conversations:
         await memory.retain_episodes(conv.resource, conv.turns)
+    if memory.embedder is not None:
+        # Whatever the write path left for later: every episode has its vector.
+        await memory.embed_missing(None)
     seconds = time.perf_counter() - start
     for conv in conversations:
         stored: list[str] = []

@@ -61,6 +61,7 @@ from popagent.memory.longterm import (
     EPISODE_MAX_AGE,
 )
 from popagent.store.embedded import EmbeddedServer
+from popagent.store.recall_stats import counted
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -96,8 +97,10 @@ _WORDS = """(SELECT string_agg(rtrim(convert_from(substring(%(vocab)s::bytea
             FOR %(width)s), 'UTF8')), ' ')
         FROM generate_series(1, {low} + floor(random() * {span})::int + 0 * g.i))"""
 
-# One statement per batch of resources: its statistics triggers see the whole batch.
+# One statement per batch of resources, which counts its rows in recall's statistics
+# as popagent's own inserts do (``store.recall_stats.counted``).
 GENERATE_EPISODES = f"""
+WITH written AS (
 INSERT INTO popagent_memories
     (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at)
 SELECT r.resource_id, 'session-' || (g.i / 25), 'episode', d.content,
@@ -117,6 +120,9 @@ CROSS JOIN LATERAL (
            || upper(left(w.a, 1)) || substr(w.a, 2) || '.' AS content
 ) d
 ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
+RETURNING resource_id, search_vector
+), {counted("written", 1)}
+SELECT count(*) AS inserted FROM written
 """
 
 GIN_INDEXES = """
@@ -370,7 +376,8 @@ async def bulk_load(
                     },
                     prepare=False,
                 )
-                done["rows"] += cur.rowcount
+                inserted = await cur.fetchone()
+                done["rows"] += inserted[0] if inserted else 0
                 loaded.extend(b[0] for b in batch)
                 if done["rows"] >= done["report"]:
                     done["report"] += every

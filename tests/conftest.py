@@ -2,8 +2,11 @@
 
 By default the run starts an embedded cluster in a temporary directory and
 deletes it afterwards. With ``POPAGENT_TEST_DATABASE_URL`` set, a scratch
-database is created on that server for the run and dropped after it. Tests
-that need the database fail, never skip, when none can be had.
+database is created on that server for the run and dropped after it; with
+``POPAGENT_TEST_NO_CREATE_DATABASE=1`` too, the run uses that database itself,
+migrated and then handed to ``POPAGENT_TEST_AFTER_MIGRATE`` (``tests/db_support.py``;
+docs/scaling.md runs the suite on a Citus cluster this way). Tests that need the
+database fail, never skip, when none can be had.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
 from tests.agent_support import AgentRig
-from tests.db_support import scratch_database
+from tests.db_support import (
+    creates_databases,
+    given_database_url,
+    prepare_given_database,
+    scratch_database,
+)
 from tests.embed_support import semantic_memory
 from tests.embedding_server import EmbeddingServer
 from tests.scripted_model import ScriptedModelServer
@@ -31,7 +39,11 @@ from tests.web_support import api_client, scripted_settings
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    external = os.environ.get("POPAGENT_TEST_DATABASE_URL")
+    external = given_database_url()
+    if external and not creates_databases():
+        prepare_given_database(external)
+        yield external
+        return
     if external:
         with scratch_database(external, prefix="popagent_test") as url:
             yield url

@@ -7,6 +7,7 @@ never asserts: it measures, and says in ``problems`` what broke a guarantee.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -39,8 +40,10 @@ from tests.fault_support import (
 )
 
 __all__ = [
+    "BURST",
     "RESOURCE",
     "FaultResult",
+    "burst",
     "disk_full",
     "mcp_killed",
     "postmaster_killed",
@@ -62,6 +65,8 @@ class FaultResult:
     unavailable: int = 0  # JSON 503s (the database away or full)
     other_5xx: int = 0
     recovery_s: float | None = None
+    #: The slowest JSON 503, in ms: how long a request waited to hear the database is away.
+    unavailable_max_ms: float | None = None
     problems: list[str] = field(default_factory=list)
 
     def check(self, ok: bool, problem: str) -> None:
@@ -74,6 +79,7 @@ def _tally_answers(result: FaultResult, stream: WriteStream) -> None:
     for answer in stream.snapshot():
         if answer.status == 503:
             result.unavailable += 1
+            result.unavailable_max_ms = max(result.unavailable_max_ms or 0.0, answer.ms)
             body = answer.body
             if not (isinstance(body, dict) and body.get("error") == "database_unavailable"):
                 result.problems.append(f"a 503 without the JSON error body: {body!r:.200}")
@@ -363,8 +369,12 @@ def shared_data_dir(tmp: Path) -> FaultResult:
             result.recovery_s = time.monotonic() - began  # both clients' whole runs
         finally:
             stream.stop()
-        listed = httpx.get(f"{server.base_url}/api/memories", params={"kind": "fact", "limit": 200})
-        contents = {item["content"] for item in listed.json()["items"]}
+        contents = set()
+        for text in ("bees", "tomatoes"):  # among the stream's hundreds of facts
+            listed = httpx.get(
+                f"{server.base_url}/api/memories", params={"kind": "fact", "text": text}
+            )
+            contents |= {item["content"] for item in listed.json()["items"]}
         result.check(
             {"Keeps bees on the roof", "Grows tomatoes on the balcony"} <= contents,
             "the CLI's or MCP's fact is missing",
@@ -463,3 +473,75 @@ def disk_full(tmp: Path, small_disk: Path) -> FaultResult:
             conn.execute("DROP TABLESPACE popagent_small")
     _check_log(result, server)
     return result
+
+
+#: Requests of each kind in the burst scenario, all sent at once.
+BURST = 1_000
+
+
+async def _burst_requests(base_url: str, count: int) -> list[tuple[str, int, Any]]:
+    """``count`` fact creates and ``count`` recalls, all at once, each on a connection of
+    its own; ``(kind, status, body)`` of each (status 0: no answer)."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as client:
+
+        async def one(kind: str, n: int) -> tuple[str, int, Any]:
+            body: dict[str, Any]
+            if kind == "write":
+                path, body = (
+                    "/api/facts",
+                    {"content": f"Fault write burst number {n} keeps its words"},
+                )
+            else:
+                path, body = "/api/recall", {"query": f"burst number {n} words", "limit": 8}
+            try:
+                answer = await client.post(path, json=body)
+            except httpx.TransportError as exc:
+                return kind, 0, type(exc).__name__
+            try:
+                return kind, answer.status_code, answer.json()
+            except ValueError:
+                return kind, answer.status_code, answer.text
+
+        return await asyncio.gather(
+            *(one(kind, n) for n in range(count) for kind in ("write", "recall"))
+        )
+
+
+def burst(tmp: Path, *, count: int = BURST, workers: int = 2) -> FaultResult:
+    """``count`` writes and ``count`` recalls at once through ``serve --workers`` on a
+    healthy database: every one answered 2xx, every write stored once. Waiting in the
+    pools' queues is no outage: a 503 here (busy or down) is a broken guarantee."""
+    result = FaultResult(f"burst: {count:,} writes + {count:,} recalls at once, {workers} workers")
+    data_dir = tmp / "data"
+    with serving(data_dir, tmp, resource_id=RESOURCE, args=["--workers", str(workers)]) as server:
+        began = time.monotonic()
+        answers = asyncio.run(_burst_requests(server.base_url, count))
+        result.recovery_s = time.monotonic() - began  # the whole burst's time
+        acknowledged: list[str] = []
+        for n, (kind, status, body) in enumerate(answers):
+            if 200 <= status < 300:
+                if kind == "write":
+                    acknowledged.append(f"Fault write burst number {n // 2} keeps its words")
+                continue
+            if status == 503:
+                result.unavailable += 1
+            elif status >= 500:
+                result.other_5xx += 1
+            if len(result.problems) < 5:
+                result.problems.append(f"{kind} answered {status}: {body!r:.200}")
+        _audit_burst(result, data_dir, acknowledged, count)
+    _check_log(result, server)
+    return result
+
+
+def _audit_burst(result: FaultResult, data_dir: Path, acknowledged: list[str], count: int) -> None:
+    audit = audit_writes(cluster_url(data_dir), RESOURCE, acknowledged, "burst")
+    result.acknowledged, result.lost, result.duplicated = (
+        audit.acknowledged,
+        audit.lost,
+        audit.duplicated,
+    )
+    result.check(
+        audit.acknowledged == count, f"{count - audit.acknowledged} writes not acknowledged"
+    )

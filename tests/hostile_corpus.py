@@ -753,7 +753,17 @@ def cli_cases() -> list[CliCase]:
     int_slot(
         "facts list --offset", lambda v: ["facts", "list", "--offset", v], 0, 10_000_000, "offset"
     )
-    int_slot("facts show id", lambda v: ["facts", "show", v], 1, 2**63 - 1, "id")
+    # FACT is an id or a key: what is not an id in range is looked up as a key, so it
+    # may be missing (exit 1) but must be refused (exit 2) only when it is no valid key.
+    text_slot(
+        "facts show key", lambda v: ["facts", "show", v], _cli_text(KEY_CAP, ten_mb=False), "key"
+    )
+    for label, raw in _CLI_INTS:
+        bad_key = label in ("empty", "spaces", "nul", "surrogate")
+        # click takes "-5" for an option it does not know, and says so.
+        field = raw if label == "negative" else "key"
+        expect = REFUSE if bad_key else EITHER
+        cases.append(CliCase(f"cli facts show {label}", ("facts", "show", raw), expect, field))
     int_slot("facts delete id", lambda v: ["facts", "delete", v], 1, 2**63 - 1, "id")
     return cases
 

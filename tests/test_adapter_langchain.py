@@ -261,3 +261,29 @@ async def test_a_models_expiry_and_the_adapters_origin_are_recorded(
     )
     assert str(refused).startswith("Refused") and "expires_at" in str(refused)
     assert await memory.list_facts(resource, key="trip.past") == []
+
+
+async def test_the_retriever_takes_k_per_call(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    """langchain-tests' ``test_invoke_with_k_kwarg``: ``invoke(query, k=n)`` gives ``n``."""
+    for n in range(5):
+        await memory.remember(resource, f"Keeps bees number {n} in the garden")
+    retriever = PopagentRetriever.of(memory, resource, k=4)
+    assert len(await retriever.ainvoke("bees garden")) == 4
+    assert len(await retriever.ainvoke("bees garden", k=1)) == 1
+    assert len(await asyncio.to_thread(retriever.invoke, "bees garden", k=2)) == 2
+    assert len(await retriever.ainvoke("bees garden")) == 4  # the default is unchanged
+    with pytest.raises(popagent.ValidationError, match="k"):
+        await retriever.ainvoke("bees garden", k=0)
+
+
+async def test_sync_calls_on_the_loop_thread_raise_invalid_state(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    tools = by_name(memory_tools(memory, resource))
+    retriever = PopagentRetriever.of(memory, resource)
+    with pytest.raises(asyncio.InvalidStateError, match="ainvoke"):
+        tools["recall"].invoke({"query": "on the loop's own thread"})
+    with pytest.raises(asyncio.InvalidStateError, match="ainvoke"):
+        retriever.invoke("on the loop's own thread")

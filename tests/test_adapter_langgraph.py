@@ -16,7 +16,8 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -39,6 +40,7 @@ from langgraph.store.base import (
 import popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langgraph import (
+    CONCURRENCY,
     DEFAULT_PREFIX,
     PopagentStore,
     decode_fact,
@@ -46,7 +48,7 @@ from popagent.adapters.langgraph import (
     fact_key,
     memory_tools,
 )
-from popagent.agent import AuditLog
+from popagent.agent import AuditHook, AuditLog
 from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text
 from tests.langchain_support import calls, react_agent, reply, script, tool_messages
@@ -210,6 +212,8 @@ async def test_search_scores_are_popagents_recall_scores(
     await store.aput(("docs", "a"), "1", {"text": "The user drinks green tea every morning"})
     await store.aput(("docs", "b"), "2", {"text": "Green tea gives the user a headache at night"})
     await store.aput(("docs", "a"), "3", {"text": "The user's cat is called Miso"})
+    # Vectors are written in the background; rankings compared below must all see them.
+    assert await memory.wait_for_vectors(resource) == 0
     expected = {
         r.memory.id: r.score
         for r in await memory.recall(resource, "green tea", limit=50, touch=False)
@@ -238,7 +242,7 @@ async def test_search_scores_are_popagents_recall_scores(
     ]
     assert await store.asearch(("docs",), query="green tea", limit=0) == []
     with pytest.raises(popagent.ValidationError, match="query"):
-        await store.asearch(("docs",), query="   ")
+        await store.asearch(("docs",), query="tea " * 1_001)  # over recall's 4,000 characters
 
 
 async def test_search_without_query_filters_like_langgraph(store: PopagentStore) -> None:
@@ -320,8 +324,17 @@ async def test_sync_api_from_a_worker_thread(store: PopagentStore) -> None:
 
 
 async def test_sync_api_on_the_loop_thread_says_what_to_use(store: PopagentStore) -> None:
-    with pytest.raises(RuntimeError, match="abatch"):
-        store.get(("ns",), "k")
+    # asyncio.InvalidStateError, as LangGraph's own stores raise (test_no_running_loop).
+    for call in (
+        lambda: store.get(("ns",), "k"),
+        lambda: store.put(("ns",), "k", {"v": 1}),
+        lambda: store.search(("ns",)),
+        lambda: store.delete(("ns",), "k"),
+        lambda: store.list_namespaces(),
+        lambda: store.batch([GetOp(("ns",), "k")]),
+    ):
+        with pytest.raises(asyncio.InvalidStateError, match="abatch"):
+            call()
 
 
 def test_sync_api_without_a_running_loop_says_what_to_use(
@@ -806,6 +819,190 @@ async def test_a_failed_read_stops_the_batch_before_its_writes(
 ) -> None:
     with pytest.raises(popagent.ValidationError, match="query"):
         await store.abatch(
-            [PutOp(("ns",), "k", {"v": 1}), SearchOp(("ns",), query=" "), GetOp(("ns",), "k")]
+            [
+                PutOp(("ns",), "k", {"v": 1}),
+                SearchOp(("ns",), query="tea " * 1_001),
+                GetOp(("ns",), "k"),
+            ]
         )
     assert await memory.list_facts(resource) == []
+
+
+# --- concurrency: merged batches, bounded connections, any event loop -------------------------
+
+
+class CountingBackend:
+    """A ``LocalBackend`` that counts the backend calls in flight at once."""
+
+    def __init__(self, inner: LocalBackend) -> None:
+        self.inner = inner
+        self.in_flight = 0
+        self.most = 0
+        self.calls = 0
+
+    @property
+    def resource_id(self) -> str:
+        return self.inner.resource_id
+
+    async def _counted(self, work: Awaitable[T]) -> T:
+        self.in_flight += 1
+        self.calls += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            return await work
+        finally:
+            self.in_flight -= 1
+
+    async def remember(self, content: str, **kw: Any) -> Any:
+        return await self._counted(self.inner.remember(content, **kw))
+
+    async def recall(self, query: str, *, limit: int = 8) -> Any:
+        return await self._counted(self.inner.recall(query, limit=limit))
+
+    async def list_facts(self, **kw: Any) -> Any:
+        return await self._counted(self.inner.list_facts(**kw))
+
+    async def get_fact(self, id: int) -> Any:
+        return await self._counted(self.inner.get_fact(id))
+
+    async def delete_fact(self, id: int) -> None:
+        await self._counted(self.inner.delete_fact(id))
+
+
+async def _audit_count(memory: popagent.LongTermMemory, resource: str, tool: str) -> int:
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM popagent_audit WHERE resource_id = %s AND tool = %s",
+            (resource, tool),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+async def test_concurrent_calls_are_merged_with_bounded_connections(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    backend = CountingBackend(LocalBackend(memory, resource, "langgraph"))
+    store = PopagentStore(backend, hooks=[AuditHook(memory.pool)])
+    outcomes = await asyncio.gather(
+        *(store.aput(("burst",), f"k{i}", {"text": f"burst item {i}"}) for i in range(600)),
+        return_exceptions=True,
+    )
+    assert [o for o in outcomes if o is not None] == []
+    got = await asyncio.gather(*(store.aget(("burst",), f"k{i}") for i in range(600)))
+    assert [g.value["text"] if g else None for g in got] == [f"burst item {i}" for i in range(600)]
+    assert backend.most <= CONCURRENCY  # at most 4 pooled connections at once
+    # Every call audited (before and after rows), none dropped.
+    assert await _audit_count(memory, resource, "store.put") == 1_200
+    assert await _audit_count(memory, resource, "store.get") == 1_200
+
+
+async def test_identical_concurrent_reads_are_made_once(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    backend = CountingBackend(LocalBackend(memory, resource, "langgraph"))
+    store = PopagentStore(backend, hooks=[])
+    await store.aput(("docs",), "a", {"text": "green tea"})
+    backend.calls = 0
+    found = await asyncio.gather(*(store.asearch(("docs",)) for _ in range(50)))
+    assert all([item.key for item in f] == ["a"] for f in found)
+    assert backend.calls == 1  # one scan page for all fifty
+
+
+async def test_langgraphs_large_batches_async(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    """LangGraph's ``test_large_batches_async`` (checkpoint-postgres and -sqlite), with
+    200 keys where it has 1,000: 12,000 concurrent calls of every kind."""
+    store = PopagentStore(memory, resource)
+    coros: list[Awaitable[Any]] = []
+    for m in range(10):
+        for i in range(200):
+            namespace = ("test", "foo", "bar", "baz", str(m % 2))
+            coros += [
+                store.aput(namespace, f"key{i}", value={"foo": "bar" + str(i)}),
+                store.aget(namespace, f"key{i}"),
+                store.alist_namespaces(prefix=None, max_depth=m + 1),
+                store.asearch(("test",)),
+                store.aput(namespace, f"key{i}", value={"foo": "bar" + str(i)}),
+                store.adelete(namespace, f"key{i}"),
+            ]
+    async with asyncio.timeout(120):
+        results = await asyncio.gather(*coros)
+    assert len(results) == 10 * 200 * 6
+    assert await store.asearch(("test",)) == []  # each key's last call was its delete
+
+
+async def test_calls_merged_into_one_batch_stay_independent(
+    store: PopagentStore, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    outcomes = await asyncio.gather(
+        store.aput(("ns",), "ok", {"text": "fine"}),
+        store.aput(("ns",), "long", {"text": "x" * 3_000}),
+        store.aput(("ns",), "secret", {"text": "the wifi password is Tr0ub4dor&3"}),
+        store.abatch([GetOp(("ns",), "ok"), SearchOp(("ns",), query="tea " * 1_001)]),
+        store.aget(("ns",), "ok"),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], popagent.ValidationError)
+    assert isinstance(outcomes[2], popagent.SecretRefusedError)
+    assert isinstance(outcomes[3], popagent.ValidationError)  # its own failed read
+    assert outcomes[4] is None  # read before the batch's writes
+    assert await value_at(store, ("ns",), "ok") == {"text": "fine"}
+    assert [f.content.split('"key":')[1][:5] for f in await memory.list_facts(resource)] == [
+        '"ok",'
+    ]
+
+
+async def test_a_blank_query_lists_the_namespace_as_langgraph_does(store: PopagentStore) -> None:
+    await store.aput(("docs",), "a", {"text": "green tea"})
+    await store.aput(("docs",), "b", {"text": "black coffee"})
+    await store.aput(("other",), "c", {"text": "water"})
+    for query in ("", "   "):
+        found = await store.asearch(("docs",), query=query)
+        assert [item.key for item in found] == ["b", "a"] and all(i.score is None for i in found)
+
+
+async def test_index_embedding_and_ttl_configs_are_refused(
+    store: PopagentStore, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    for index in (["text"], False):
+        with pytest.raises(NotImplementedError, match="index= is not supported"):
+            await store.aput(("ns",), "k", {"text": "tea"}, index=index)
+        with pytest.raises(NotImplementedError, match="index= is not supported"):
+            await store.abatch([PutOp(("ns",), "k", {"text": "tea"}, index=index)])
+    assert await memory.list_facts(resource) == []
+    await store.aput(("ns",), "k", {"text": "tea"}, index=None)  # the default stays fine
+    config = {"dims": 4, "embed": "fake:embed", "fields": ["text"]}
+    with pytest.raises(NotImplementedError, match=r"popagent.connect\(embedder="):
+        PopagentStore(memory, resource, index=config)
+    with pytest.raises(NotImplementedError, match="TTL"):
+        PopagentStore(memory, resource, ttl={"default_ttl": 5.0})
+
+
+async def test_async_calls_from_threads_running_their_own_loops(
+    store: PopagentStore, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    results: list[object] = []
+
+    def work(n: int) -> None:
+        async def go() -> object:
+            await store.aput(("threads",), f"k{n}", {"n": n})
+            return await store.aget(("threads",), f"k{n}")
+
+        try:
+            results.append(asyncio.run(go()))
+        except BaseException as exc:
+            results.append(exc)
+
+    # The owner loop (this one) is blocked while they run, as LangGraph's own
+    # thread tests block it; nothing may wait for it.
+    workers = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(5)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert sorted(r.value["n"] for r in results if isinstance(r, Item)) == list(range(5)), results
+    assert await _audit_count(memory, resource, "store.put") == 10

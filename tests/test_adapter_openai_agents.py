@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agents import Agent, RunConfig, Runner, TResponseInputItem
+from agents import Agent, RunConfig, Runner, SessionSettings, TResponseInputItem
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from openai import AsyncOpenAI
 
@@ -469,3 +471,79 @@ def test_example_runs_offline(tmp_path: Path) -> None:
         "refused_credential": True,
         "refused_resource": True,
     }
+
+
+# --- session settings, and sessions used from other event loops ------------------------------
+
+
+async def test_session_settings_are_normalized_like_the_sdks(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    default = PopagentSession.local("s-default", memory, resource)
+    assert default.session_settings == SessionSettings()
+    given = PopagentSession.local("s-given", memory, resource, session_settings={"limit": 0})
+    assert isinstance(given.session_settings, SessionSettings)
+    assert given.session_settings == SessionSettings(limit=0)
+    assert given.session_settings.resolve({"limit": 4}).limit == 4
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        PopagentSession.local("s-bad", memory, resource, session_settings={"limitt": 1})
+    remote = PopagentSession.remote("s-remote", "http://127.0.0.1:9", session_settings={"limit": 3})
+    assert remote.session_settings == SessionSettings(limit=3)
+    await remote.close()
+
+
+async def test_run_config_session_settings_override_the_sessions(
+    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+) -> None:
+    # The session's settings as a dict and the run's at once (this crashed on 'resolve').
+    session = PopagentSession.local("s-run", memory, resource, session_settings={"limit": 100})
+    await session.add_items(items([{"role": "user", "content": f"Turn {i}"} for i in range(10)]))
+    scripted.script(Reply("Got it"))
+    await Runner.run(
+        agent_for(scripted, []),
+        "New question",
+        session=session,
+        run_config=RunConfig(tracing_disabled=True, session_settings=SessionSettings(limit=2)),
+    )
+    sent = [m.get("content") for m in scripted.requests[0]["messages"] if m["role"] == "user"]
+    assert sent == ["Turn 8", "Turn 9", "New question"]
+
+
+def test_a_session_from_threads_running_their_own_loops(database_url: str, resource: str) -> None:
+    """The SDK's ``test_sqlite_session_concurrent_access``: five threads, each running a
+    loop of its own, add items while the loop that opened popagent waits for them."""
+
+    async def main() -> list[object]:
+        async with popagent.connect(database_url, max_size=2) as memory:
+            session = PopagentSession.local("concurrent", memory, resource)
+            failures: list[object] = []
+
+            def add_item(item: dict[str, Any]) -> None:
+                loop = asyncio.new_event_loop()
+                try:
+                    loop.run_until_complete(session.add_items(items([item])))
+                except BaseException as exc:
+                    failures.append(exc)
+                finally:
+                    loop.close()
+
+            queue = [{"role": "user", "content": f"Message {i}"} for i in range(10)]
+
+            def add_two() -> None:
+                for _ in range(2):
+                    add_item(queue.pop())
+
+            workers = [threading.Thread(target=add_two, daemon=True) for _ in range(5)]
+            for worker in workers:  # the owner loop is blocked until they are done
+                worker.start()
+            for worker in workers:
+                worker.join(timeout=30)
+            stored = await session.get_items()
+            contents = {cast("dict[str, Any]", i).get("content") for i in stored}
+            assert failures == [] and contents == {f"Message {i}" for i in range(10)}
+            return failures
+
+    began = time.monotonic()
+    # asyncio.run returns only once the pool closed: nothing hangs at teardown.
+    assert asyncio.run(main()) == []
+    assert time.monotonic() - began < 60

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
@@ -132,9 +133,34 @@ async def test_processor_puts_the_labelled_block_first(
     )
     assert returns(model.requests[1])[0].startswith(HEADER)
     # A later run over this run's history replaces the block rather than stacking it.
-    await agent.run("And on my phone?", message_history=result.all_messages())
+    await agent.run("Which theme in every app on my phone?", message_history=result.all_messages())
     assert len(blocks(model.requests[2])) == 1
     assert blocks(model.requests[2][:1]) == blocks(model.requests[2])
+
+
+@pytest.mark.parametrize("instructions", [None, "Be brief."])
+async def test_a_block_from_an_earlier_run_is_never_sent_again(
+    memory: popagent.LongTermMemory, resource: str, instructions: str | None
+) -> None:
+    """Pydantic AI merges the block's request into the first user request, so the
+    history of a run holds it inside that request; the next run must not stack it."""
+    await memory.remember(resource, "Prefers dark mode in every app", key="ui.theme")
+    await memory.remember(resource, "Drinks green tea at breakfast", key="drink")
+    model = Recorder(text("Dark."), text("Tea."), text("Hello."))
+    agent = Agent(
+        FunctionModel(model),
+        instructions=instructions,
+        capabilities=[ProcessHistory(RecallProcessor(memory, resource))],
+    )
+    first = await agent.run("Which theme do I like in every app?")
+    assert len(blocks(first.all_messages())) == 1
+    second = await agent.run("What do I drink at breakfast?", message_history=first.all_messages())
+    sent = blocks(model.requests[1])
+    assert len(sent) == 1 and "green tea" in sent[0]  # this request's block, once
+    assert len(blocks(second.all_messages())) == 1
+    # Nothing relevant now: no block at all, not the stale one.
+    await agent.run("Hello there", message_history=second.all_messages())
+    assert blocks(model.requests[2]) == []
 
 
 async def test_processor_over_http_sends_the_block_as_the_first_message(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,11 +14,13 @@ import popagent
 from popagent.agent import (
     AuditHook,
     AuditLog,
+    HookSet,
     ModelCallEnd,
     ModelCallStart,
     ToolCallEnd,
     ToolCallStart,
 )
+from popagent.agent.hooks import new_call_id
 from popagent.errors import TurnFailedError
 from popagent.store.database import open_pool
 from tests.agent_support import AgentRig, CountingTool, audit_text
@@ -268,3 +273,80 @@ async def test_list_audit_is_scoped_and_limited(
     assert [(r.session_id, r.hook) for r in newest] == [("b", "after_model_call")]
     assert {r.resource_id for r in await log.list_audit(other_resource)} == {other_resource}
     assert newest[0].to_json()["call_id"] == newest[0].call_id
+
+
+# --- under load: group commits, and a drain that waits for its own calls ------------------
+
+
+def _tool_events(resource: str, n: int) -> tuple[ToolCallStart, ToolCallEnd]:
+    start = ToolCallStart(
+        call_id=new_call_id(),
+        resource_id=resource,
+        session_id="load",
+        tool="remember",
+        argument_names=("content",),
+        input_chars=n,
+        started_at=datetime.now(UTC),
+    )
+    return start, ToolCallEnd(start=start, outcome="ok", duration_ms=1.0, output_chars=n)
+
+
+async def _audited_call(hooks: HookSet, resource: str, n: int) -> None:
+    start, end = _tool_events(resource, n)
+    await hooks.before_tool_call(start)
+    await hooks.after_tool_call(end)
+    await hooks.drain([start.call_id])
+
+
+async def test_a_burst_of_calls_keeps_every_row_in_a_few_transactions(
+    database_url: str, resource: str
+) -> None:
+    # 600 concurrent calls on a pool of 2 whose checkout timeout is half a second: each
+    # call once wrote its rows in a transaction of its own, and under this queue lost them.
+    async with popagent.connect(database_url, max_size=2, checkout_timeout=0.5) as memory:
+        hooks = HookSet([AuditHook(memory.pool)])
+        await asyncio.gather(*(_audited_call(hooks, resource, n) for n in range(600)))
+        async with memory.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n, count(DISTINCT xmin::text) AS transactions"
+                " FROM popagent_audit WHERE resource_id = %s",
+                (resource,),
+            )
+            row = await cur.fetchone()
+    assert row is not None and row["n"] == 1_200
+    assert row["transactions"] <= 20
+
+
+async def test_drain_waits_for_its_own_calls_not_for_everyone_elses(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    hook = AuditHook(memory.pool)
+    hooks = HookSet([hook])
+    stop = asyncio.Event()
+
+    async def others() -> None:  # other callers hand rows in without pause for 3 s
+        n = 0
+        while not stop.is_set():
+            start, end = _tool_events(resource, n)
+            await hook.before_tool_call(start)
+            await hook.after_tool_call(end)
+            n += 1
+            await asyncio.sleep(0.001)
+
+    producer = asyncio.ensure_future(others())
+    try:
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        await _audited_call(hooks, resource, 7)  # drains its own call only
+        own = time.monotonic() - began
+        began = time.monotonic()
+        await hooks.drain()  # every row handed so far, not the ones handed while it waits
+        everything_so_far = time.monotonic() - began
+        assert own < 1.0 and everything_so_far < 1.0, (own, everything_so_far)
+    finally:
+        await asyncio.sleep(3.0 - 0.1)
+        stop.set()
+        await producer
+        await hooks.drain()
+    rows = await AuditLog(memory.pool).list_audit(resource, "load", limit=10_000)
+    assert len(rows) % 2 == 0 and len(rows) >= 2 * 100

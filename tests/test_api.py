@@ -26,6 +26,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "memory",
         "models",
         "observe",
+        "offload",
         "portable",
         "secrets",
         "store",

@@ -192,6 +192,11 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
                 )
             await settings.update(resource, observation_threshold_tokens=20_000 + n)
             await secrets.set(resource, "api_token", f"tok-{n}-0123456789abcdef")
+        for resource in resources:
+            assert await memory.wait_for_vectors(resource) == 0
+    # A process without a model leaves its memory's vectors pending (for the next worker).
+    async with popagent.connect(url, embedder=None, max_size=1) as lexical:
+        await lexical.remember(resources[0], "Noted by a process without a model")
 
 
 @pytest.fixture
@@ -339,6 +344,7 @@ async def test_restore_refuses_while_another_client_is_connected(
     before = await digests(cluster.url)
     async with popagent.connect(cluster.url, min_size=2, max_size=2) as memory:
         await memory.remember(resources[0], "Written while a server runs")
+        assert await memory.wait_for_vectors(resources[0]) == 0
         after_write = await digests(cluster.url)
         # The pool's two connections are the other clients (as `popagent serve`'s would be).
         done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
@@ -364,12 +370,15 @@ async def test_restore_asks_first_and_changes_nothing_when_it_fails(
     assert done.returncode == 1 and "Replace everything in database 'postgres'" in done.stdout
     assert await digests(cluster.url) == changed
 
-    # Another program's table uses the vector type: dropping the extension fails,
-    # and the single transaction takes back every table it had dropped already.
+    # Another program's table references popagent_sessions: dropping it fails (no
+    # CASCADE), and the single transaction takes back everything it had done already.
     async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
-        await conn.execute("CREATE TABLE other_program (v vector(3))")
+        await conn.execute(
+            "CREATE TABLE other_program (r text, s text, "
+            "FOREIGN KEY (r, s) REFERENCES popagent_sessions (resource_id, session_id))"
+        )
     done = cli("--database-url", cluster.url, "restore", str(archive), "--yes")
-    assert_refused(done, "pg_restore failed", "the database is unchanged", "vector")
+    assert_refused(done, "the restore failed", "the database is unchanged", "depend")
     assert await digests(cluster.url) == changed
 
     # A database newer than the backup (a later popagent migrated it) is refused.
@@ -389,5 +398,252 @@ def test_backup_and_restore_are_documented() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "backup.md").read_text(encoding="utf-8")
     assert "### Backup and restore" in readme and "docs/backup.md" in readme
-    for phrase in ("pg_dump", "--single-transaction", "every resource", "--force", "--yes"):
+    for phrase in ("pg_dump", "one transaction", "every resource", "--force", "--yes"):
+        assert phrase in docs, phrase
+
+
+# --- a restore runs only data ------------------------------------------------------------------
+
+
+def database_url(cluster: Cluster, name: str, user: str = "postgres") -> str:
+    return cluster.url.replace("postgres:@/postgres?", f"{user}:@/{name}?")
+
+
+async def admin(url: str, *statements: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            await conn.execute(statement.encode())
+
+
+async def popagent_database(cluster: Cluster, name: str, resource: str) -> str:
+    """A new database of the cluster, migrated, with a fact and a session; its URL."""
+    await admin(cluster.url, f"CREATE DATABASE {name}")
+    url = database_url(cluster, name)
+    async with popagent.connect(url, embedder=None, max_size=1) as memory:
+        await memory.remember(resource, f"Keeps notes in {name}")
+        await ThreadStore(memory.pool).create_session(resource, "s1", title="A session")
+    return url
+
+
+def raw_restore(url: str, archive: Path) -> None:
+    """``pg_restore`` itself, as popagent ran it before (errors ignored: the control)."""
+    subprocess.run(
+        [tool_path("pg_restore"), "--no-owner", "-d", url, archive], capture_output=True, timeout=60
+    )
+
+
+def restore_refused(cluster: Cluster, archive: Path, *words: str) -> None:
+    done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
+    assert_refused(done, "nothing was restored", *words)
+
+
+async def test_restore_refuses_objects_popagent_does_not_create(
+    cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
+) -> None:
+    """Backups of a popagent database to which something was added are refused, naming it."""
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+        await memory.remember(resources[0], "The target's own fact")
+    before = await digests(cluster.url)
+    source = await popagent_database(cluster, "crafted", resources[1])
+    cases = {
+        "a function": (
+            "CREATE FUNCTION popagent_note() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            "DROP FUNCTION popagent_note()",
+            "FUNCTION public popagent_note() postgres",
+        ),
+        "a trigger": (
+            "CREATE TRIGGER popagent_sessions_copy AFTER INSERT ON popagent_sessions "
+            "FOR EACH ROW EXECUTE FUNCTION popagent_memories_queue_vectors()",
+            "DROP TRIGGER popagent_sessions_copy ON popagent_sessions",
+            "TRIGGER public popagent_sessions popagent_sessions_copy postgres",
+        ),
+        "an extension": ("CREATE EXTENSION hstore", "DROP EXTENSION hstore", "EXTENSION - hstore"),
+        "another program's table": (
+            "CREATE TABLE invoices (id int PRIMARY KEY); INSERT INTO invoices VALUES (1)",
+            "DROP TABLE invoices",
+            "TABLE public invoices postgres",
+        ),
+        "an index": (
+            "CREATE INDEX popagent_sessions_title_idx ON popagent_sessions (title)",
+            "DROP INDEX popagent_sessions_title_idx",
+            "INDEX public popagent_sessions_title_idx postgres",
+        ),
+        "a view": (
+            "CREATE VIEW popagent_all AS SELECT * FROM popagent_memories",
+            "DROP VIEW popagent_all",
+            "VIEW public popagent_all postgres",
+        ),
+    }
+    for case, (add, undo, entry) in cases.items():
+        await admin(source, add)
+        archive = tmp_path / f"{case.replace(' ', '-')}.backup"
+        pg_tool("pg_dump", "-Fc", "-f", archive, "-d", source)
+        await admin(source, undo)
+        assert entry in pg_tool("pg_restore", "--list", archive), case
+        restore_refused(cluster, archive, entry, "popagent's migrations do not create")
+        assert await digests(cluster.url) == before, case
+
+    # Rows for a column popagent's table does not have (an operator's ALTER TABLE).
+    await admin(source, "ALTER TABLE popagent_sessions ADD COLUMN owner_note text")
+    archive = tmp_path / "column.backup"
+    pg_tool("pg_dump", "-Fc", "-f", archive, "-d", source)
+    restore_refused(cluster, archive, "owner_note", "popagent_sessions")
+    await admin(source, "ALTER TABLE popagent_sessions DROP COLUMN owner_note")
+
+    # A backup of a newer popagent: a migration this one does not know.
+    await admin(
+        source, "INSERT INTO popagent_schema_migrations (version, name) VALUES (9998, 'future')"
+    )
+    archive = tmp_path / "newer.backup"
+    pg_tool("pg_dump", "-Fc", "-f", archive, "-d", source)
+    done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
+    assert_refused(done, "made by a newer popagent", "migration 9998 (future)")
+    assert await digests(cluster.url) == before
+    # Nothing was left behind: no scratch schema, no restore role.
+    async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
+        left = await conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'popagent\\_%' "
+            "UNION ALL SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_%'"
+        )
+        assert await left.fetchall() == []
+
+
+async def test_an_edited_backup_runs_nothing(
+    cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
+) -> None:
+    """Statements an attacker adds to a backup never run: refused before anything runs, or
+    (in a definition popagent never reads) ignored; raw pg_restore would have run each."""
+    from tests import pg_archive
+
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+        await memory.remember(resources[0], "The target's own fact")
+    before = await digests(cluster.url)
+    source = await popagent_database(cluster, "edited", resources[1])
+    original = tmp_path / "original.backup"
+    pg_tool("pg_dump", "-Fc", "-f", original, "-d", source)
+    source_digests = await digests(source)
+
+    def crafted(name: str, edit: object) -> tuple[Path, Path]:
+        """The backup with ``edit`` applied; the file the added program would create."""
+        # In the cluster's folder: the server's OS user may write there (as root, the
+        # wheel runs PostgreSQL as a user of its own, who cannot write to tmp_path).
+        marker = cluster.data_dir / "pgdata" / f"ran-{name}"
+        archive = pg_archive.read(original.read_bytes())
+        program = f"COPY (SELECT 1) TO PROGRAM 'touch {marker}';"
+        assert callable(edit)
+        edit(archive, program)
+        path = tmp_path / f"{name}.backup"
+        path.write_bytes(pg_archive.write(archive))
+        return path, marker
+
+    def added_entry(a: pg_archive.Archive, program: str) -> None:
+        pg_archive.add_entry(a, "TABLE", "popagent_notes", program + "\n", schema="public")
+
+    def in_copy_line(a: pg_archive.Archive, program: str) -> None:
+        entry = a.entry("TABLE DATA", "popagent_sessions")
+        entry.copy = program + "\n" + (entry.copy or "")
+
+    def in_search_path(a: pg_archive.Archive, program: str) -> None:
+        entry = a.entry("SEARCHPATH")
+        entry.definition = (entry.definition or "") + program + "\n"
+
+    def in_definition(a: pg_archive.Archive, program: str) -> None:
+        entry = a.entry("TABLE", "popagent_sessions")
+        entry.definition = (entry.definition or "") + "\n" + program + "\n"
+
+    refusals = {
+        "added-entry": (added_entry, "TABLE public popagent_notes"),
+        "copy-line": (in_copy_line, "TO PROGRAM"),
+        "search-path": (in_search_path, "TO PROGRAM"),
+    }
+    for n, (name, (edit, words)) in enumerate(refusals.items()):
+        archive, marker = crafted(name, edit)
+        restore_refused(cluster, archive, words)
+        assert not marker.exists(), name
+        assert await digests(cluster.url) == before, name
+        # The control: pg_restore itself runs the added program (as the superuser).
+        await admin(cluster.url, f"CREATE DATABASE control_{n}")
+        raw_restore(database_url(cluster, f"control_{n}"), archive)
+        assert marker.exists(), f"the crafted {name} backup did not run its program"
+
+    # In a definition (of popagent_sessions): the schema comes from popagent's own
+    # migrations, so the definition is never run; the rows are restored as they were.
+    archive, marker = crafted("definition", in_definition)
+    done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    assert await digests(cluster.url) == source_digests
+    await admin(cluster.url, "CREATE DATABASE control_definition")
+    raw_restore(database_url(cluster, "control_definition"), archive)
+    assert marker.exists()
+
+
+async def test_the_rows_are_loaded_by_a_role_that_cannot_run_programs(
+    cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
+) -> None:
+    from popagent.store.restore import _loading_role
+
+    # The role a superuser's restore loads through: it may insert popagent's rows, and
+    # can neither run a program nor read or write the server's files.
+    marker = cluster.data_dir / "pgdata" / "ran"  # writable by the server's OS user
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+        await memory.remember(resources[0], "A fact")
+    async with await psycopg.AsyncConnection.connect(cluster.url) as conn:
+        role = await _loading_role(conn, ["popagent_sessions"], ["popagent_messages_id_seq"])
+        assert role is not None and role.startswith("popagent_restore_")
+        await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+        await conn.execute(
+            "INSERT INTO popagent_sessions (resource_id, session_id) VALUES ('r', 's')"
+        )
+        for attempt in (
+            f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
+            "SELECT pg_read_file('PG_VERSION')",
+            "COPY popagent_sessions FROM '/etc/hostname'",
+            f"COPY (SELECT 1) TO '{marker}'",
+            "SELECT * FROM popagent_memories",  # nothing but inserts
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                async with conn.transaction():
+                    await conn.execute(attempt.encode())
+        await conn.rollback()
+    assert not marker.exists()
+
+    # A non-superuser owner of its database restores as itself; one that may read the
+    # server's files is refused.
+    archive = tmp_path / "p.backup"
+    assert cli("--database-url", cluster.url, "backup", str(archive)).returncode == 0
+    before = await digests(cluster.url)
+    await admin(
+        cluster.url,
+        "CREATE ROLE app_owner LOGIN",
+        "CREATE DATABASE owned OWNER app_owner",
+    )
+    # Extensions that need a superuser (vector) are installed once by one, as for popagent.
+    await admin(
+        database_url(cluster, "owned"),
+        "CREATE EXTENSION vector",
+        "CREATE EXTENSION pg_trgm",
+        "CREATE EXTENSION btree_gin",
+    )
+    owned = database_url(cluster, "owned", user="app_owner")
+    done = cli("--database-url", owned, "restore", str(archive), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert await digests(owned) == before
+    await admin(cluster.url, "GRANT pg_read_server_files TO app_owner")
+    done = cli("--database-url", owned, "restore", str(archive), "--yes")
+    assert_refused(done, "is a member of pg_read_server_files", "cannot run programs")
+    assert await digests(owned) == before
+    async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_%'")
+        assert await cur.fetchall() == []
+
+
+def test_restore_help_says_what_is_checked() -> None:
+    done = cli("restore", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for phrase in ("trusted place", "popagent's own migrations", "never runs", "programs"):
+        assert phrase in text, phrase
+    docs = " ".join((REPO / "docs" / "backup.md").read_text(encoding="utf-8").split())
+    for phrase in ("trusted place", "pg_restore --list", "TO PROGRAM", "never run"):
         assert phrase in docs, phrase

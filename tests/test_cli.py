@@ -47,11 +47,17 @@ def test_remember_recall_and_explain(cli: CliRunner, database_url: str, res: str
     assert "- [fact] Prefers light mode" in out.output
     out = invoke(cli, database_url, res, "recall", "mode", "--explain")
     assert "score=" in out.output and "text=" in out.output and "recency=" in out.output
+    # Semantic recall is the default: the recall wrote the pending vectors itself first.
+    assert "mode: fused (words and meaning)" in out.output
+    assert "every memory has its vectors" in out.output and "vector=" in out.output
     data = json.loads(invoke(cli, database_url, res, "recall", "mode", "--json").output)
     assert data["results"][0]["memory"]["key"] == "ui.theme"
+    assert (data["mode"], data["pending_vectors"]) == ("fused", 0)
     assert set(data["results"][0]["components"]) == {
         "text",
         "trigram",
+        "vector",
+        "similarity",
         "importance",
         "recency",
         "fact",
@@ -112,7 +118,7 @@ def test_episodes_cleanup_and_maintain(cli: CliRunner, database_url: str, res: s
     assert refused.exit_code == 1
     assert "A fact to keep" in invoke(cli, database_url, res, "facts", "list").output
     out = invoke(cli, database_url, res, "cleanup", "--kind", "fact", input="y\n")
-    assert out.exit_code == 0 and "deleted 1 memories" in out.output
+    assert out.exit_code == 0 and "deleted 1 memory\n" in out.output
     out = invoke(cli, database_url, res, "maintain")
     assert out.exit_code == 0 and "expired" in out.output
 
@@ -195,7 +201,7 @@ def test_history_restore_purge_and_expiry(cli: CliRunner, database_url: str, res
     for args in (("history", fact_id), ("restore", fact_id, "1")):
         out = invoke(cli, database_url, res, "facts", *args)
         assert out.exit_code == 1 and "no " in out.output, args
-    assert "expired facts" in invoke(cli, database_url, res, "maintain").output
+    assert "expired fact" in invoke(cli, database_url, res, "maintain").output
 
 
 def test_recall_explain_shows_provenance(cli: CliRunner, database_url: str, res: str) -> None:
@@ -228,7 +234,12 @@ def test_recall_explain_shows_provenance(cli: CliRunner, database_url: str, res:
 def test_every_command_is_in_the_readme() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     missing: list[str] = []
-    for name, command in main.commands.items():
+    ctx = click.Context(main)
+    names = main.list_commands(ctx)
+    assert len(names) >= 18  # the commands are loaded on demand: list them, then load each
+    for name in names:
+        command = main.get_command(ctx, name)
+        assert command is not None, name
         subcommands = list(command.commands) if isinstance(command, click.Group) else [""]
         for sub in subcommands:
             pattern = rf"^popagent {name}\b" + (rf".*\b{sub}\b" if sub else "")

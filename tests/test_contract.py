@@ -61,7 +61,7 @@ async def test_misspelled_query_still_finds_by_trigram(
     memory: LongTermMemory, resource: str
 ) -> None:
     await memory.remember(resource, "Favourite programming language is Haskell")
-    results = await memory.recall(resource, "haskel")
+    results = await memory.recall(resource, "haskel", mode="lexical")
     assert results and "Haskell" in results[0].memory.content
     names = {c.name for c in results[0].components}
     assert names == {"text", "trigram", "importance", "recency", "fact"}
@@ -145,7 +145,8 @@ async def test_fact_prioritization(memory: LongTermMemory, resource: str) -> Non
     fact = (
         await memory.remember(resource, "Coffee order: oat flat white", key="coffee.order")
     ).memory
-    results = await memory.recall(resource, "what is my coffee order?")
+    # The spec's ranking (full text, trigram, importance, recency): lexical.
+    results = await memory.recall(resource, "what is my coffee order?", mode="lexical")
     assert results[0].memory.id == fact.id
     assert render(results).split("\n")[1].startswith("- [fact] Coffee order")
 

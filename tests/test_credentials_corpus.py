@@ -8,8 +8,10 @@ stored, and nothing another test wrote.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from tests.agent_support import CountingTool
 from tests.credential_corpus import CORPUS, ORDINARY, Secret
 from tests.mcp_support import stdio_params, text_of
 from tests.observe_support import (
+    insert_observed,
     is_observer,
     is_reflector,
     reflector_input,
@@ -121,7 +124,16 @@ def test_invisible_characters_inside_a_key_are_refused_and_trimmed_from_content(
 # --- a database of the test's own, and the scan -----------------------------------------------
 
 
-_TEXT_TYPES = ("text", "character varying", "character", "jsonb", "json", "ARRAY", "tsvector")
+_TEXT_TYPES = (
+    "text",
+    "character varying",
+    "character",
+    "jsonb",
+    "json",
+    "ARRAY",
+    "tsvector",
+    "bytea",
+)
 
 
 def _forms(secret: Secret) -> list[str]:
@@ -152,27 +164,46 @@ def scan_database(url: str, *, skip: frozenset[str] = frozenset()) -> dict[str, 
     found: dict[str, list[str]] = {}
     with psycopg.connect(url) as conn:
         columns = conn.execute(
-            "SELECT table_name, column_name FROM information_schema.columns "
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = current_schema() AND data_type = ANY(%s) "
             "AND table_name IN (SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE') "
             "ORDER BY table_name, column_name",
             (list(_TEXT_TYPES),),
         ).fetchall()
-        tables = {t for t, _ in columns}
+        tables = {t for t, _c, _d in columns}
         assert {"popagent_messages", "popagent_memories", "popagent_sessions"} <= tables
         assert {"popagent_observation_logs", "popagent_observation_groups"} <= tables
-        for table, column in columns:
+        for table, column, data_type in columns:
             if table in skip:
                 continue
-            query = sql.SQL("SELECT lower({}::text) FROM {} WHERE {} IS NOT NULL").format(
-                sql.Identifier(column), sql.Identifier(table), sql.Identifier(column)
+            # bytea as its bytes read as text (encode 'escape'), every other type as text.
+            as_text = (
+                sql.SQL("encode({}, 'escape')") if data_type == "bytea" else sql.SQL("{}::text")
+            ).format(sql.Identifier(column))
+            query = sql.SQL("SELECT lower({}) FROM {} WHERE {} IS NOT NULL").format(
+                as_text, sql.Identifier(table), sql.Identifier(column)
             )
             values = [row[0] for row in conn.execute(query).fetchall()]
             for secret in CORPUS:
                 if any(_holds(v, form) for v in values for form in _forms(secret)):
                     found.setdefault(f"{table}.{column}", []).append(secret.name)
     return found
+
+
+def scan_dump(url: str) -> list[str]:
+    """The corpus values found in a plain ``pg_dump`` of the whole database (names)."""
+    from popagent.store.backup import tool_path
+
+    dump = subprocess.run(
+        [tool_path("pg_dump"), "--no-owner", "--no-privileges", f"--dbname={url}"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout.decode("utf-8", "replace")
+    lowered = dump.lower()
+    assert "copy public.popagent_memory_settings" in lowered  # the rows are in it
+    return [s.name for s in CORPUS if any(_holds(lowered, form) for form in _forms(s))]
 
 
 def _row_count(url: str, table: str) -> int:
@@ -467,3 +498,275 @@ async def test_observer_input_and_stored_observations_hold_no_secret(
     found = scan_database(scratch_url)
     assert set(found) == {"popagent_messages.content", "popagent_messages.parts"}
     assert scan_database(scratch_url, skip=frozenset({"popagent_messages"})) == {}
+
+
+# --- every other surface: settings, sessions, items, adapters, the GUI, import ------------------
+
+# Sentences that fit a session title (at most 200 characters) whole.
+_SHORT = [s for s in CORPUS if len(s.sentence) <= 180]
+
+
+def _stored(url: str, query: str, *params: object) -> str:
+    """The rows ``query`` reads, as one lower-cased text (for a per-write check)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(query.encode(), params).fetchall()
+    return json.dumps([list(map(str, row)) for row in rows]).lower()
+
+
+def _assert_nowhere(text: str, secrets: list[Secret], where: str) -> None:
+    for secret in secrets:
+        for form in _forms(secret):
+            assert not _holds(text.lower(), form), f"{secret.name} in {where}"
+
+
+_GUIDANCE = "SELECT observer_guidance, reflector_guidance FROM popagent_memory_settings "
+
+
+async def test_no_corpus_value_is_stored_by_any_other_surface(
+    scratch: popagent.LongTermMemory,
+    scratch_url: str,
+    chat_model: OpenAIChatModel,
+    scripted: ScriptedModelServer,
+    tmp_path: Path,
+) -> None:
+    from langchain_core.runnables import RunnableConfig
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from popagent.adapters.langchain import memory_tools
+    from popagent.adapters.langgraph import PopagentStore
+    from popagent.adapters.openai_agents import PopagentSession
+    from popagent.adapters.pydantic_ai import memory_toolset
+    from popagent.store import observations as obs_sql
+    from tests.gui_support import post_form
+
+    memory = scratch
+    threads = ThreadStore(memory.pool)
+    settings = MemorySettingsStore(memory.pool)
+    runner = CliRunner()
+    cli = ["--database-url", scratch_url]
+
+    # Library: the Observer's and Reflector's guidance (one resource each: the settings
+    # are one row per resource), session titles, metadata keys and values, renames.
+    for i, secret in enumerate(CORPUS):
+        await settings.update(
+            f"lib-{i}",
+            observer_guidance=f"Watch for this: {secret.sentence}",
+            reflector_guidance=secret.sentence,
+        )
+    for i, secret in enumerate(_SHORT):
+        await threads.create_session(
+            RESOURCE,
+            f"lib-{i}",
+            title=secret.sentence,
+            # In a value, as a key, and alone under a credential-named field.
+            metadata={
+                "note": secret.sentence,
+                secret.sentence: "as a key",
+                "n": [{"password": secret.value}],
+            },
+        )
+        await threads.rename_session(RESOURCE, f"lib-{i}", f"Now: {secret.sentence}"[:200])
+    # Guidance stored before the screen existed is screened when read, so it never
+    # reaches the Observer's instructions either.
+    legacy = CORPUS[0]
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute(
+            "INSERT INTO popagent_memory_settings (resource_id, version, observer_guidance) "
+            "VALUES ('legacy', 1, %s)",
+            (legacy.sentence,),
+        )
+    read = await settings.read("legacy")
+    assert read.settings.observer_guidance is not None
+    assert legacy.value not in read.settings.observer_guidance
+    snapshot = await ObservationalMemory(memory.pool, chat_model).snapshot("legacy")
+    assert legacy.value not in str(snapshot)
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("DELETE FROM popagent_memory_settings WHERE resource_id = 'legacy'")
+
+    # The OpenAI Agents SDK session (framework items, local), LangGraph's store, the
+    # LangChain and Pydantic AI memory tools.
+    agents_session = PopagentSession.local("agents-sdk", memory, RESOURCE)
+    items: list[Any] = []
+    for i, secret in enumerate(CORPUS):
+        items.append({"role": "user", "content": secret.sentence})
+        arguments = json.dumps({"login": {"password": secret.value}, "note": secret.sentence})
+        items.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "login", "arguments": arguments}
+        )
+        items.append(
+            {"type": "function_call_output", "call_id": f"c{i}", "output": secret.sentence}
+        )
+    await agents_session.add_items(items)
+    store = PopagentStore(memory, RESOURCE)
+    tools = {t.name: t for t in memory_tools(memory, RESOURCE, session_id="langchain")}
+    config: RunnableConfig = {"configurable": {"thread_id": "langchain"}}
+    for i, secret in enumerate(CORPUS):
+        try:
+            await store.aput(("notes",), f"n{i}", {"text": secret.sentence})
+        except ValidationError as exc:
+            assert secret.value not in str(exc)
+        answer = await tools["remember"].ainvoke({"content": secret.sentence}, config)
+        assert "credential" in str(answer) and secret.value not in str(answer)
+
+    def pydantic_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked = str(messages[0].parts[-1].content)  # type: ignore[union-attr]
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("remember", {"content": asked})])
+        return ModelResponse(parts=[TextPart("Noted.")])
+
+    pydantic_agent = PydanticAgent(
+        FunctionModel(pydantic_model),
+        toolsets=[memory_toolset(memory, RESOURCE, session_id="pydantic")],
+    )
+    for secret in CORPUS:
+        await pydantic_agent.run(secret.sentence)
+
+    # The HTTP API and the GUI's forms (one server resource: each settings write is
+    # checked in the row at once, the sessions and chats by the final scan).
+    app = create_app(
+        ServerConfig(resource_id=RESOURCE, maintenance_interval_s=None),
+        memory=memory,
+        model=chat_model,
+    )
+    await threads.create_session(RESOURCE, "web", title="Web")
+    async with in_process(app) as web:
+        for i, secret in enumerate(CORPUS):
+            patched = await web.patch(
+                "/api/settings", json={"observer_guidance": f"API {i}: {secret.sentence}"}
+            )
+            assert patched.status_code == 200, patched.text
+            assert secret.value not in patched.text
+            _assert_nowhere(_stored(scratch_url, _GUIDANCE), [secret], "the API's settings")
+            saved = await post_form(web, "/settings", {"reflector_guidance": secret.sentence})
+            assert saved.status_code == 303, saved.text
+            _assert_nowhere(_stored(scratch_url, _GUIDANCE), [secret], "the GUI's settings")
+            fact = await post_form(web, "/facts", {"content": secret.sentence, "key": ""})
+            assert fact.status_code == 422  # the form is shown again as typed, nothing stored
+            added = await web.post(
+                "/api/sessions/web/items",
+                json={"items": [{"role": "user", "content": secret.sentence}]},
+            )
+            assert added.status_code in (200, 201), added.text
+            scripted.script(Reply(f"Echo: {secret.sentence}"))
+            chat = await post_form(web, "/chat/gui-chat", {"message": secret.sentence})
+            assert chat.status_code == 303, chat.text
+        for secret in _SHORT:
+            renamed = await web.patch("/api/sessions/web", json={"title": secret.sentence})
+            assert renamed.status_code == 200 and secret.value not in renamed.text
+            form = await post_form(web, "/sessions/web/rename", {"title": secret.sentence})
+            assert form.status_code == 303, form.text
+
+    # The CLI: settings and session titles.
+    for secret in CORPUS:
+        out = await asyncio.to_thread(
+            runner.invoke,
+            main,
+            [
+                *cli,
+                "--resource-id",
+                "cli",
+                "settings",
+                "set",
+                f"observer_guidance={secret.sentence}",
+            ],
+            catch_exceptions=False,
+        )
+        assert out.exit_code == 0 and secret.value not in out.output, out.output
+        _assert_nowhere(_stored(scratch_url, _GUIDANCE), [secret], "the CLI's settings")
+    for secret in _SHORT:
+        out = await asyncio.to_thread(
+            runner.invoke,
+            main,
+            [*cli, "--resource-id", RESOURCE, "sessions", "rename", "web", secret.sentence],
+            catch_exceptions=False,
+        )
+        assert out.exit_code == 0 and secret.value not in out.output, out.output
+
+    # Import: an export of a resource whose every text is a placeholder, with the
+    # placeholders replaced by corpus sentences, imported into a resource per file.
+    source = "import-source"
+    await threads.create_session(
+        source, "imp", title="TITLE_PH", metadata={"META_KEY_PH": "META_PH"}
+    )
+    message = await threads.append_message(source, "imp", "user", "MESSAGE_PH")
+    await memory.retain_episode(source, "imp", "EPISODE_PH asked", "and was answered")
+    await settings.update(source, observer_guidance="GUIDE_PH", reflector_guidance="REFLECT_PH")
+    async with memory.pool.connection() as aconn, aconn.transaction():
+        await insert_observed(
+            aconn,
+            source,
+            "imp",
+            message.id,
+            message.id,
+            "* OBSERVED_PH",
+            tokens=5,
+            message_tokens=5,
+        )
+        await obs_sql.record_actor(aconn, source, "imp", "ACTOR_PH")
+    exported = tmp_path / "source.jsonl"
+    out = await asyncio.to_thread(
+        runner.invoke, main, [*cli, "--resource-id", source, "export", "-o", str(exported)]
+    )
+    assert out.exit_code == 0, out.output
+    template = exported.read_text(encoding="utf-8")
+    holders = ["TITLE_PH", "META_KEY_PH", "META_PH", "MESSAGE_PH", "EPISODE_PH", "GUIDE_PH"]
+    holders += ["REFLECT_PH", "OBSERVED_PH", "ACTOR_PH"]
+    for holder in holders:
+        assert holder in template, holder
+    per_file = len(holders)
+    for n in range(0, len(CORPUS), per_file):
+        group = CORPUS[n : n + per_file]
+        text = template
+        for holder, secret in zip(holders, group, strict=False):
+            sentence = secret.sentence if holder != "TITLE_PH" or secret in _SHORT else secret.value
+            text = text.replace(holder, json.dumps(sentence)[1:-1])
+        crafted = tmp_path / f"import-{n}.jsonl"
+        crafted.write_text(text, encoding="utf-8")
+        out = await asyncio.to_thread(
+            runner.invoke, main, [*cli, "import", str(crafted), "--resource-id", f"imported-{n}"]
+        )
+        assert out.exit_code == 0, out.output
+        assert all(s.value not in out.output for s in group)
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("DELETE FROM popagent_sessions WHERE resource_id = %s", (source,))
+
+    assert _row_count(scratch_url, "popagent_messages") > 3 * len(CORPUS)
+    assert scan_database(scratch_url) == {}
+    assert scan_dump(scratch_url) == []
+
+
+async def test_audit_rows_keep_no_credential_the_model_put_in_a_name(
+    scratch: popagent.LongTermMemory, scratch_url: str
+) -> None:
+    """A tool call's names come from the model: a tool or argument named with a
+    credential is stored redacted (the rows hold names only, never values)."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from popagent.threads.audit import write_audit_rows
+
+    rows = [
+        {
+            "resource_id": RESOURCE,
+            "session_id": "audited",
+            "call_id": uuid.uuid4(),
+            "hook": "before_tool_call",
+            "tool": GITHUB,
+            "model": None,
+            "started_at": datetime.now(UTC),
+            "duration_ms": None,
+            "outcome": None,
+            "error_type": None,
+            "input_chars": 10,
+            "output_chars": None,
+            "message_count": None,
+            "argument_names": ["content", GITHUB, "db_password=Kx9#vLm2qT"],
+        }
+    ]
+    await write_audit_rows(scratch.pool, rows)
+    stored = _stored(scratch_url, "SELECT tool, argument_names FROM popagent_audit")
+    assert "[redacted:" in stored and "content" in stored
+    assert GITHUB.lower() not in stored and "kx9#vlm2qt" not in stored
+    assert scan_database(scratch_url) == {}

@@ -1,24 +1,48 @@
 """The schema and the SQL are ready to be distributed by ``resource_id`` (docs/scaling.md).
 
-Citus is not installable here, so this checks on plain PostgreSQL what Citus
-requires of a table distributed by a column: every primary key, unique
-constraint, unique index and foreign key includes it, and every statement
-filters by it (a statement that does not is a multi-shard one: allowed only
-for the named cross-resource maintenance statements below). PostgreSQL's own
-hash partitioning has the same rule for unique keys, so each table is also
-rebuilt as a table partitioned by ``hash(resource_id)``: PostgreSQL refuses
-any unique index that leaves the column out.
+Citus is not installable where the suite runs, so this checks on plain
+PostgreSQL what Citus requires of a table distributed by a column: every
+primary key, unique constraint, unique index and foreign key includes it, and
+every statement filters by it (a statement that does not is a multi-shard one:
+allowed only for the named cross-resource maintenance statements below).
+PostgreSQL's own hash partitioning has the same rule for unique keys, so each
+table is also rebuilt as a table partitioned by ``hash(resource_id)``:
+PostgreSQL refuses any unique index that leaves the column out.
+
+And the rules Citus enforces on the statements themselves, each of which an
+earlier version broke (found by running the suite on a cluster, docs/scaling.md):
+
+- no statement-level trigger and no transition table on a distributed table;
+- no function that is not immutable in ``ON CONFLICT ... DO UPDATE``, and no
+  volatile one (``clock_timestamp()``, ``random()``) in a write;
+- every reference to a distributed table, at its own query level, carries an
+  equality on its ``resource_id``: that is what sends a statement to the one
+  shard of the resource;
+- a unique violation is told by what was written, never by the constraint's
+  name, which Citus does not report;
+- the documented distribution plan names every table.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import re
 import uuid
+from pathlib import Path
 
 import popagent
-import popagent.store
+from popagent.store import recall as recall_sql
+from popagent.store.citus import for_postgresql
+from tests.sql_text import (
+    calls,
+    conditional_parts,
+    do_update_clauses,
+    filters_resource,
+    level,
+    references,
+    statements,
+    strip,
+    writes,
+)
 
 # Reference tables (replicated to every node, not distributed).
 REFERENCE_TABLES = {"popagent_schema_migrations"}
@@ -34,12 +58,32 @@ CROSS_RESOURCE = {
     ("migrate", "INSERT_APPLIED"),
     ("secrets", "DELETE_EXPIRED_SECRETS"),
     ("vectors", "ALL_RESOURCES"),
-    # Not a statement over a table: the next value of the memories' id sequence.
-    ("portable", "RESERVE_FACT_ID"),
+    # Not a statement over a table: the names of the id sequences an import draws from.
+    ("portable_import", "SEQUENCES"),
 }
 
-_STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.IGNORECASE)
+# Statements over a list of resources, on purpose: the embedding backfill's batches
+# (``resource_id = ANY(...)``; Citus sends them to those resources' shards).
+MANY_RESOURCES = {
+    ("vectors", "MISSING_VECTORS"),
+    ("vectors", "COUNT_MISSING"),
+    ("vectors", "DELETE_OTHER_MODELS"),
+}
+
+# The one statement that deletes memories without counting them in recall's
+# statistics: the purge deletes the resource's statistics rows too, in its transaction.
+UNCOUNTED_DELETES = {("purge", "DELETE_MEMORIES")}
+
+# Statements as plain PostgreSQL runs them, without the equality only Citus needs
+# (``store.citus.for_postgresql``); their Citus form is checked.
+POSTGRESQL_FORMS = {("recall", "_CANDIDATES_POSTGRESQL")}
+
+# Volatile, and harmless in a write: it sets the statement's own synchronous_commit.
+ALLOWED_VOLATILE = {"set_config"}
+
 _TABLE = re.compile(r"\bpopagent_[a-z_]+\b")
+_SRC = Path(popagent.__file__).resolve().parent
+_DOCS = _SRC.parent.parent / "docs"
 
 
 async def _tables(memory: popagent.LongTermMemory) -> list[str]:
@@ -142,13 +186,7 @@ async def test_each_table_can_be_hash_partitioned_by_resource(
 
 
 def _statements() -> list[tuple[str, str, str]]:
-    found = []
-    for info in pkgutil.iter_modules(popagent.store.__path__):
-        module = importlib.import_module(f"popagent.store.{info.name}")
-        for name, value in vars(module).items():
-            if isinstance(value, str) and _STATEMENT.match(value) and _TABLE.search(value):
-                found.append((info.name, name, value))
-    return found
+    return statements()
 
 
 def test_every_statement_filters_by_resource() -> None:
@@ -171,3 +209,192 @@ def test_joins_on_ids_also_join_on_resource() -> None:
             start = max(0, match.start() - 120)
             window = text[start : match.end() + 60]
             assert "resource_id" in window, f"{module}.{name}: {match.group(0)} without resource_id"
+
+
+# --- the rules Citus enforces on statements ----------------------------------------------------
+
+
+async def _distributed(memory: popagent.LongTermMemory) -> set[str]:
+    return {t for t in await _tables(memory) if t not in REFERENCE_TABLES}
+
+
+async def _volatility(memory: popagent.LongTermMemory) -> dict[str, str]:
+    """Per function name, the most volatile of its overloads: ``i``, ``s`` or ``v``."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT proname, (ARRAY['i', 's', 'v'])[max(CASE provolatile WHEN 'v' THEN 3 "
+            "WHEN 's' THEN 2 ELSE 1 END)] AS volatility FROM pg_proc GROUP BY proname"
+        )
+        return {r["proname"]: r["volatility"] for r in await cur.fetchall()}
+
+
+async def _sql_and_functions(memory: popagent.LongTermMemory) -> list[tuple[str, str, str]]:
+    """The statements of ``store/`` and the bodies of popagent's own SQL functions (its
+    triggers' functions run on the shards, where Citus plans their statements too)."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'popagent\\_%%' "
+            "AND l.lanname IN ('plpgsql', 'sql')"
+        )
+        bodies = [("function", r["proname"], r["prosrc"]) for r in await cur.fetchall()]
+    assert len(bodies) >= 4, "the migrations' functions should be there"
+    return _statements() + bodies
+
+
+async def test_no_statement_level_trigger_and_no_transition_table(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """Citus runs only row-level triggers on a distributed table (with
+    ``citus.enable_unsafe_triggers``), and never one that reads a transition table:
+    each INSERT failed with "could not find named tuplestore"."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT c.relname, t.tgname, (t.tgtype & 1) = 1 AS row_level,"
+            " t.tgoldtable IS NOT NULL OR t.tgnewtable IS NOT NULL AS transition"
+            " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE NOT t.tgisinternal AND c.relnamespace = 'public'::regnamespace"
+            " AND c.relname LIKE 'popagent\\_%%'"
+        )
+        triggers = await cur.fetchall()
+    distributed = await _distributed(memory)
+    assert len(triggers) >= 3, "the memories' row triggers should be there"
+    wrong = [
+        f"{t['relname']}.{t['tgname']}"
+        for t in triggers
+        if t["relname"] in distributed and (not t["row_level"] or t["transition"])
+    ]
+    assert wrong == [], f"statement-level or transition-table triggers: {wrong}"
+
+
+async def test_do_update_calls_immutable_functions_only(memory: popagent.LongTermMemory) -> None:
+    """Citus refuses a stable or volatile function (``now()``) in ``ON CONFLICT ... DO
+    UPDATE``, its ``SET`` and its ``WHERE``; ``EXCLUDED.column`` (a default) is the way."""
+    volatility = await _volatility(memory)
+    found, wrong = 0, []
+    for module, name, text in await _sql_and_functions(memory):
+        for clause in do_update_clauses(text):
+            found += 1
+            bad = sorted(f for f in calls(clause) if volatility.get(f, "i") != "i")
+            if bad:
+                wrong.append(f"{module}.{name}: {bad}")
+    assert found >= 10, "the scan should see the upserts"
+    assert wrong == [], f"functions that are not immutable in DO UPDATE: {wrong}"
+
+
+async def test_writes_call_no_volatile_function(memory: popagent.LongTermMemory) -> None:
+    """Citus refuses a volatile function (``clock_timestamp()``, ``random()``) in an
+    UPDATE and in the conditions of a write to a distributed table; ``now()`` and
+    ``statement_timestamp()`` (stable) it evaluates once, on the coordinator."""
+    volatility = await _volatility(memory)
+    distributed = await _distributed(memory)
+    found, wrong = 0, []
+    for module, name, text in await _sql_and_functions(memory):
+        if not writes(text) & distributed:
+            continue
+        found += 1
+        bad = sorted(
+            f for f in calls(text) if volatility.get(f) == "v" and f not in ALLOWED_VOLATILE
+        )
+        if bad:
+            wrong.append(f"{module}.{name}: {bad}")
+    assert found >= 30, "the scan should see the writes"
+    assert wrong == [], f"volatile functions in writes to distributed tables: {wrong}"
+
+
+async def test_every_reference_names_its_resource(memory: popagent.LongTermMemory) -> None:
+    """Citus sends a statement to one shard only when every reference to a distributed
+    table, at its own query level (CTE, subquery, join), has ``resource_id = ...``;
+    lexical recall's candidate CTE filtered by its index keys alone, and Citus refused
+    the statement. A trigger's function names the resource with ``NEW``/``OLD``."""
+    distributed = await _distributed(memory)
+    seen, wrong = 0, []
+    for module, name, text in await _sql_and_functions(memory):
+        if (module, name) in CROSS_RESOURCE | POSTGRESQL_FORMS:
+            continue
+        clean = strip(text)
+        for reference in references(clean):
+            if reference.table not in distributed:
+                continue
+            seen += 1
+            many = (module, name) in MANY_RESOURCES
+            if not filters_resource(level(clean, reference.position), reference, many=many):
+                wrong.append(f"{module}.{name}: {reference}")
+    assert seen > 100, "the scan should see the references"
+    assert for_postgresql(recall_sql.LEXICAL_CANDIDATES, "m") == recall_sql._CANDIDATES_POSTGRESQL
+    assert wrong == [], f"references without resource_id = ...: {wrong}"
+
+
+async def test_inserts_and_deletes_of_memories_count_them(memory: popagent.LongTermMemory) -> None:
+    """No trigger counts inserted or deleted memories in recall's statistics (the
+    statement-level ones went, see above): every statement that does either counts them
+    (``store.recall_stats.counted``); ``tests/test_recall_statistics.py`` checks the counts."""
+    found, wrong = 0, []
+    for module, name, text in _statements():
+        clean = strip(text)
+        if not re.search(r"\b(INSERT\s+INTO|DELETE\s+FROM)\s+popagent_memories\b", clean, re.I):
+            continue
+        found += 1
+        counts = {"popagent_resource_stats", "popagent_lexeme_stats"} <= writes(clean)
+        if not counts and (module, name) not in UNCOUNTED_DELETES:
+            wrong.append(f"{module}.{name}")
+    assert found >= 12, "the scan should see the inserts and deletes"
+    assert wrong == [], f"statements that leave recall's statistics behind: {wrong}"
+
+
+def test_conflicts_are_told_without_constraint_names() -> None:
+    """Citus reports a unique violation without the constraint's name: the error a
+    caller gets must follow from what was written (``memories.conflict_error``)."""
+    sources = sorted(_SRC.rglob("*.py"))
+    assert len(sources) > 50
+    named = [str(p.relative_to(_SRC)) for p in sources if "constraint_name" in p.read_text()]
+    assert named == [], f"conflicts told by constraint name in {named}"
+
+
+_PLAN_BLOCK = re.compile(r"```sql\n(.*?create_distributed_table.*?)```", re.DOTALL)
+
+
+async def test_the_documented_plan_distributes_every_table(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """docs/scaling.md's plan: every table co-located by ``resource_id`` with the
+    sessions (or a reference table), with the triggers allowed first."""
+    blocks = _PLAN_BLOCK.findall((_DOCS / "scaling.md").read_text(encoding="utf-8"))
+    assert len(blocks) == 1, "one SQL block holds the plan"
+    plan = re.sub(r"--[^\n]*", "", blocks[0])
+    reference = re.findall(r"create_reference_table\('(\w+)'\)", plan)
+    calls_ = re.findall(r"create_distributed_table\(([^)]*)\)", plan)
+    distributed = {}
+    for args in calls_:
+        parts = [a.strip() for a in args.split(",")]
+        distributed[parts[0].strip("'")] = parts[1:]
+    assert set(reference) == REFERENCE_TABLES
+    assert set(distributed) == await _distributed(memory), "the plan misses or adds a table"
+    first = plan.index("create_distributed_table")
+    assert distributed["popagent_sessions"] == ["'resource_id'"]
+    assert plan.index("create_distributed_table('popagent_sessions'") == first
+    for table, rest in distributed.items():
+        if table != "popagent_sessions":
+            assert rest == ["'resource_id'", "colocate_with => 'popagent_sessions'"], table
+    assert plan.index("SET citus.enable_unsafe_triggers = on;") < first
+
+
+async def test_updates_and_deletes_keep_stable_functions_out_of_case_and_coalesce(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """Citus evaluates a stable function of an UPDATE or DELETE once, on the coordinator,
+    but refuses one inside CASE or COALESCE: using a secret (``coalesce(%(now)s, now())``)
+    failed, and so did every agent turn that read one."""
+    volatility = await _volatility(memory)
+    distributed = await _distributed(memory)
+    seen, wrong = 0, []
+    for module, name, text in await _sql_and_functions(memory):
+        for table, part in conditional_parts(strip(text)):
+            if table not in distributed:
+                continue
+            seen += 1
+            bad = sorted(f for f in calls(part) if volatility.get(f, "i") != "i")
+            if bad:
+                wrong.append(f"{module}.{name}: {bad}")
+    assert seen >= 1, "the scan should see the conditional expressions of writes"
+    assert wrong == [], f"stable or volatile functions in CASE or COALESCE of writes: {wrong}"

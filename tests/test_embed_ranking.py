@@ -228,3 +228,45 @@ def test_recency_is_unchanged_by_semantic_mode() -> None:
     recency = next(c for c in results[0].components if c.name == "recency")
     assert recency.value == pytest.approx(0.5)
     assert replace(DEFAULT_WEIGHTS).recency == recency.weight
+
+
+def test_the_nearest_memory_below_the_floor_comes_back() -> None:
+    """A store of a few memories: "what pets do I have?" is nearest "Has a cat named Miso"
+    at a cosine under ``min_similarity``; it comes back, the farther one does not."""
+    cat = cand(1, {}, 0.17)
+    near = cand(2, {}, 0.13)
+    far = cand(3, {}, 0.05)
+    results = rank([far, near, cat], STATS, now=NOW, limit=8, semantic=True)
+    assert [r.memory.id for r in results] == [1, 2]
+    # Without the near-best rule only the floor admits: nothing comes back.
+    floor_only = RankingWeights(min_nearest_similarity=1.0)
+    assert rank([far, near, cat], STATS, now=NOW, limit=8, weights=floor_only, semantic=True) == []
+
+
+def test_the_near_best_rule_never_goes_below_its_own_floor_or_widens_above() -> None:
+    # The best is too weak to count: nothing is evidence.
+    assert (
+        rank([cand(1, {}, 0.08), cand(2, {}, 0.06)], STATS, now=NOW, limit=8, semantic=True) == []
+    )
+    # The best is above min_similarity: the floor stays min_similarity.
+    results = rank([cand(1, {}, 0.30), cand(2, {}, 0.18)], STATS, now=NOW, limit=8, semantic=True)
+    assert [r.memory.id for r in results] == [1]
+    # The same holds for reciprocal-rank fusion, which ranks the same evidence.
+    rrf = RankingWeights(fusion="rrf")
+    results = rank(
+        [cand(1, {}, 0.16), cand(2, {}, 0.12), cand(3, {}, 0.02)],
+        STATS,
+        now=NOW,
+        limit=8,
+        weights=rrf,
+        semantic=True,
+    )
+    assert [r.memory.id for r in results] == [1, 2]
+    for r in results:
+        assert math.isclose(r.score, sum(c.value * c.weight for c in r.components))
+
+
+def test_lexical_ranking_ignores_similarities() -> None:
+    """The near-best rule belongs to semantic recall: lexical ranking admits no vector-only
+    candidate whatever its similarity."""
+    assert rank([cand(1, {}, 0.9)], STATS, now=NOW, limit=8) == []

@@ -1,5 +1,6 @@
-"""Semantic recall against the real database: vectors written with their memories,
-isolation inside the vector search, model switching, backfill, time-aware queries.
+"""Semantic recall against the real database: vectors written after their memories by
+the background worker, isolation inside the vector search, model switching, backfill,
+time-aware queries.
 
 The embedder is the real ``OpenAIEmbedder`` against a scripted ``/v1/embeddings``
 server (``tests/embedding_server.py``), whose vectors make chosen words mean the same.
@@ -7,6 +8,7 @@ server (``tests/embedding_server.py``), whose vectors make chosen words mean the
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -77,12 +79,13 @@ async def test_paraphrase_is_recalled_without_a_shared_word(
     await semantic.remember(resource, "Anna got married in June")
     await semantic.remember(resource, "The printer needs new toner")
     assert await semantic.recall(resource, "my sister's wedding", mode="lexical") == []
+    assert await semantic.wait_for_vectors(resource) == 0
     results = await semantic.recall(resource, "my sister's wedding")
     assert [r.memory.content for r in results] == ["Anna got married in June"]
     assert component(results[0], "similarity") > 0.5 and component(results[0], "text") == 0.0
 
 
-async def test_every_write_path_stores_vectors_in_its_transaction(
+async def test_every_write_path_gets_its_vectors_from_the_worker(
     semantic: LongTermMemory, resource: str
 ) -> None:
     await semantic.retain_episode(resource, "s1", "hello there", "general kenobi")
@@ -92,6 +95,7 @@ async def test_every_write_path_stores_vectors_in_its_transaction(
     assert await semantic.retain_episodes(resource, turns) == 0
     await semantic.remember(resource, "Prefers tea", key="drink")
     await semantic.create_fact(resource, "Lives in Lisbon")
+    assert await semantic.wait_for_vectors(resource) == 0
     rows = await vector_rows(semantic, resource)
     memories = await semantic.list_memories(resource, limit=100)
     assert sorted({r["memory_id"] for r in rows}) == sorted(m.id for m in memories)
@@ -106,6 +110,7 @@ async def test_a_long_episode_is_embedded_in_chunks(
     long = " ".join(f"Sentence {i} mentions the garden." for i in range(200))
     memory = await semantic.retain_episode(resource, "s", long[:3900], "ok")
     assert memory is not None
+    assert await semantic.wait_for_vectors(resource) == 0
     rows = await vector_rows(semantic, resource)
     assert [r["chunk"] for r in rows] == list(range(len(rows))) and len(rows) >= 4
 
@@ -116,9 +121,11 @@ async def test_changed_content_replaces_vectors_and_stale_ones_never_survive(
     first = await semantic.remember(resource, "Prefers tea", key="drink")
     second = await semantic.remember(resource, "Prefers coffee", key="drink")
     assert second.action == "updated" and second.memory.id == first.memory.id
+    assert await semantic.wait_for_vectors(resource) == 0
     rows = await vector_rows(semantic, resource)
     assert len(rows) == 1 and rows[0]["content_sha256"] == second.memory.content_sha256
     updated = await semantic.update_fact(resource, first.memory.id, content="Prefers cocoa")
+    assert await semantic.wait_for_vectors(resource) == 0
     rows = await vector_rows(semantic, resource)
     assert len(rows) == 1 and rows[0]["content_sha256"] == updated.content_sha256
     # A writer that bypasses the service cannot leave a stale vector behind.
@@ -150,6 +157,8 @@ async def test_vector_search_stays_in_its_resource(
     )
     own = [EpisodeTurn("s", f"garden note {i}", "the wedding of tulips") for i in range(5)]
     await semantic.retain_episodes(resource, own)
+    assert await semantic.wait_for_vectors(other_resource) == 0
+    assert await semantic.wait_for_vectors(resource) == 0
     for limit in (3, 8):
         results = await semantic.recall(resource, "wedding marriage", limit=limit, mode="vector")
         assert all(r.memory.resource_id == resource for r in results)
@@ -167,6 +176,8 @@ async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
     await semantic.retain_episodes(
         resource, [EpisodeTurn("s", f"tulips {i}", "bulbs") for i in range(12)]
     )
+    assert await semantic.wait_for_vectors(other_resource) == 0
+    assert await semantic.wait_for_vectors(resource) == 0
     query = semantic.embedder
     assert query is not None
     vector = (await query.embed(["wedding"], kind="query"))[0]
@@ -191,7 +202,9 @@ async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
 
 async def test_switching_models_never_mixes_their_vectors(database_url: str, resource: str) -> None:
     """Memories embedded by a 64-dimensional model, recalled with a 384-dimensional one:
-    the old vectors are ignored (not an error, not a score) until the backfill."""
+    the old vectors are ignored (not an error, not a score) until the new ones are
+    written, which the new model's worker does by itself (its first look at the
+    resource queues what lacks a vector of its model)."""
     with (
         EmbeddingServer(dimensions=64, concepts=CONCEPTS) as old,
         EmbeddingServer(dimensions=384, concepts=CONCEPTS) as new,
@@ -200,12 +213,13 @@ async def test_switching_models_never_mixes_their_vectors(database_url: str, res
         async with popagent.connect(database_url, embedder=first, max_size=2) as memory:
             for i in range(6):
                 await memory.retain_episode(resource, "s", f"Anna got married {i}", "lovely")
+            assert await memory.wait_for_vectors(resource) == 0
         async with popagent.connect(database_url, embedder=second, max_size=2) as memory:
+            await memory.aclose()  # no background worker: the switch is seen before any vector
             results = await memory.recall(resource, "wedding of Anna")
             assert results and all(component(r, "similarity") == 0.0 for r in results)
             assert all(component(r, "text") > 0 for r in results)  # the lexical path found them
-            report = await memory.embed_missing(resource)
-            assert (report.embedded, report.remaining) == (6, 0)
+            assert await memory.wait_for_vectors(resource) == 0
             results = await memory.recall(resource, "wedding of Anna")
             assert all(component(r, "similarity") > 0.3 for r in results)
             models = {r["model"] for r in await vector_rows(memory, resource)}
@@ -220,8 +234,10 @@ async def test_switching_models_never_mixes_their_vectors(database_url: str, res
 async def test_backfill_is_resumable_and_reports_progress(
     memory: LongTermMemory, resource: str, other_resource: str, server: EmbeddingServer
 ) -> None:
-    await memory.retain_episodes(resource, [EpisodeTurn("s", f"u{i}", f"a{i}") for i in range(7)])
-    await memory.retain_episodes(other_resource, [EpisodeTurn("s", "x", "y")])
+    """``popagent embed``'s backfill, in a store written without a model (no worker)."""
+    plain = LongTermMemory(memory.pool, embedder=None)
+    await plain.retain_episodes(resource, [EpisodeTurn("s", f"u{i}", f"a{i}") for i in range(7)])
+    await plain.retain_episodes(other_resource, [EpisodeTurn("s", "x", "y")])
     embedder = client(server)
     semantic = LongTermMemory(memory.pool, embedder=embedder)
     seen: list[int] = []
@@ -236,7 +252,7 @@ async def test_backfill_is_resumable_and_reports_progress(
     assert len(await vector_rows(semantic, resource)) == 7
     assert await vector_rows(semantic, other_resource) == []  # only the resource asked for
     with pytest.raises(ValidationError, match="embedder"):
-        await memory.embed_missing(resource)
+        await plain.embed_missing(resource)
     await embedder.aclose()
 
 
@@ -246,14 +262,28 @@ async def test_a_failing_model_loses_no_write_and_recall_falls_back(
     server: EmbeddingServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    server.fail_next(500, times=2)
+    """An endpoint that fails: writes are unaffected, recall is lexical with one warning,
+    and the vectors are written once it answers again (nothing is lost)."""
+    server.fail_next(500, times=3)
     with caplog.at_level(logging.WARNING):
         stored = await semantic.retain_episode(resource, "s", "we planted tulips", "nice")
         assert stored is not None
-        results = await semantic.recall(resource, "tulips")
-    assert [r.memory.id for r in results] == [stored.id]
-    assert await vector_rows(semantic, resource) == []
-    assert "without vectors" in caplog.text
+        report = await semantic.recall_report(resource, "tulips")
+        report_again = await semantic.recall_report(resource, "tulips")
+    assert [r.memory.id for r in report.results] == [stored.id]
+    assert (report.mode, report.model_state) == ("lexical", "unavailable")
+    assert "unavailable" in report.reason and "500" in (report.model_error or "")
+    assert report_again.mode == "lexical"
+    assert caplog.text.count("is unavailable") == 1  # one warning, however many failures
+    left = 1
+    for _attempt in range(20):  # the rest of the scripted failures, then it answers
+        left = await semantic.wait_for_vectors(resource, timeout=5)
+        if left == 0:
+            break
+    assert left == 0
+    assert [r["memory_id"] for r in await vector_rows(semantic, resource)] == [stored.id]
+    assert (await semantic.recall_report(resource, "tulips")).mode == "fused"
+    assert "works again" in caplog.text
 
 
 async def test_fused_recall_keeps_fact_priority_and_explains_each_signal(
@@ -261,6 +291,7 @@ async def test_fused_recall_keeps_fact_priority_and_explains_each_signal(
 ) -> None:
     await semantic.retain_episode(resource, "s", "my sister Anna married Tom", "congrats")
     await semantic.remember(resource, "Sister Anna married Tom in June", importance=0.5)
+    assert await semantic.wait_for_vectors(resource) == 0
     for mode in ("fused", "vector", "lexical"):
         results = await semantic.recall(resource, "sister wedding", mode=mode)
         assert results[0].memory.kind == "fact"
@@ -273,8 +304,9 @@ async def test_fused_recall_keeps_fact_priority_and_explains_each_signal(
 
 
 async def test_modes_need_an_embedder(memory: LongTermMemory, resource: str) -> None:
+    lexical = LongTermMemory(memory.pool, embedder=None)
     with pytest.raises(ValidationError, match="mode"):
-        await memory.recall(resource, "x", mode="vector")
+        await lexical.recall(resource, "x", mode="vector")
     with pytest.raises(ValidationError, match="mode"):
         await memory.recall(resource, "x", mode="dense")  # type: ignore[arg-type]
 
@@ -292,12 +324,15 @@ async def test_a_named_period_favours_memories_of_that_time(
         ],
     )
     now = datetime(2023, 8, 1, tzinfo=UTC)
-    plain = await memory.recall(resource, "where did we go hiking?", now=now)
+    # The time signal of the spec's (lexical) ranking, on its own.
+    plain = await memory.recall(resource, "where did we go hiking?", now=now, mode="lexical")
     assert plain[0].memory.created_at == july  # recency
-    dated = await memory.recall(resource, "where did we go hiking in May 2023?", now=now)
+    dated = await memory.recall(
+        resource, "where did we go hiking in May 2023?", now=now, mode="lexical"
+    )
     assert dated[0].memory.created_at == may
     assert component(dated[0], "time") == 1.0 and component(dated[1], "time") < 0.5
-    relative = await memory.recall(resource, "hiking two months ago", now=july)
+    relative = await memory.recall(resource, "hiking two months ago", now=july, mode="lexical")
     assert relative[0].memory.created_at == may
 
 
@@ -332,6 +367,7 @@ async def test_local_model_end_to_end(
         await memory.remember(resource, "Anna got married last Saturday")
         await memory.remember(resource, "The printer is out of toner")
         await memory.remember(resource, "Quarterly taxes are due in April")
+        assert await memory.wait_for_vectors(resource) == 0
         results = await memory.recall(resource, "my sister's wedding", mode="vector")
         assert results[0].memory.content == "Anna got married last Saturday"
         rows = await vector_rows(memory, resource)
@@ -342,12 +378,16 @@ def test_scripted_vectors_make_concepts_equal() -> None:
     assert concept_vector("wedding", 16, CONCEPTS) == concept_vector("married", 16, CONCEPTS)
 
 
-def test_commands_embed_only_when_an_embedder_is_configured(
+def test_commands_use_the_local_model_unless_told_otherwise(
     database_url: str, resource: str, server: EmbeddingServer
 ) -> None:
-    """``popagent`` commands stay lexical unless ``POPAGENT_EMBEDDER`` names a provider."""
-    assert configured_embedder({}) is None
-    assert configured_embedder({"POPAGENT_EMBEDDER": " "}) is None
+    """``popagent`` commands recall semantically by default (the bundled local model);
+    ``POPAGENT_EMBEDDER`` picks another provider or ``none``. A short-lived ``remember``
+    leaves its vectors pending; the next ``recall`` writes them before it ranks."""
+    assert isinstance(configured_embedder({}), LocalEmbedder)
+    assert isinstance(configured_embedder({"POPAGENT_EMBEDDER": " "}), LocalEmbedder)
+    assert configured_embedder({"POPAGENT_EMBEDDER": "none"}) is None
+    assert configured_embedder({"POPAGENT_EMBEDDER": " None "}) is None
 
     def models() -> list[str]:
         with psycopg.connect(database_url) as conn:
@@ -359,9 +399,11 @@ def test_commands_embed_only_when_an_embedder_is_configured(
 
     runner = CliRunner()
     base = ["--database-url", database_url, "--resource-id", resource]
-    plain = runner.invoke(main, [*base, "remember", "Likes tea"], env={"POPAGENT_EMBEDDER": ""})
+    off = {"POPAGENT_EMBEDDER": "none"}
+    plain = runner.invoke(main, [*base, "remember", "Likes tea"], env=off)
     assert plain.exit_code == 0, plain.output
-    assert models() == []
+    recalled = runner.invoke(main, [*base, "recall", "tea", "--json"], env=off)
+    assert json.loads(recalled.stdout)["mode"] == "lexical" and models() == []
     env = {
         "POPAGENT_EMBEDDER": "openai",
         "POPAGENT_EMBEDDING_MODEL": "scripted-384",
@@ -369,7 +411,10 @@ def test_commands_embed_only_when_an_embedder_is_configured(
     }
     semantic = runner.invoke(main, [*base, "remember", "Anna got married"], env=env)
     assert semantic.exit_code == 0, semantic.output
-    assert models() == ["scripted-384"]
     recalled = runner.invoke(main, [*base, "recall", "my sister's wedding", "--json"], env=env)
     assert recalled.exit_code == 0, recalled.output
-    assert "Anna got married" in recalled.output
+    data = json.loads(recalled.stdout)
+    assert "Anna got married" in data["rendered"]
+    assert (data["mode"], data["pending_vectors"]) == ("fused", 0)
+    # Both memories have vectors now: the one stored without a model too.
+    assert models() == ["scripted-384", "scripted-384"]

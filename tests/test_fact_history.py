@@ -31,6 +31,8 @@ async def version_rows(memory: LongTermMemory, resource: str) -> list[dict[str, 
 
 
 async def vector_shas(memory: LongTermMemory, resource: str) -> list[str]:
+    """The content hashes of the resource's vectors, once the worker has written them."""
+    assert await memory.wait_for_vectors(resource) == 0
     async with memory.pool.connection() as conn:
         cur = await conn.execute(
             "SELECT content_sha256 FROM popagent_memory_embeddings WHERE resource_id = %s"
@@ -450,9 +452,8 @@ async def test_the_unique_indexes_hold_for_current_rows_only(
             await conn.execute(
                 "INSERT INTO popagent_memories"
                 " (resource_id, kind, key, content, content_sha256, importance)"
-                " SELECT resource_id, kind, key, 'Drives a cab', repeat('b', 64), importance"
-                " FROM popagent_memories WHERE resource_id = %s AND id = %s",
-                (resource, second.memory.id),
+                " VALUES (%s, 'fact', %s, 'Drives a cab', repeat('b', 64), 0.5)",
+                (resource, second.memory.key),
             )
     rows = await memory_rows(memory, resource)
     assert [(r["key"], r["content"]) for r in rows] == [("car", "Drives a bus")]

@@ -493,14 +493,14 @@ async def test_session_history_observations_rename_delete(
     for i in range(60):
         role: Literal["user", "assistant"] = "user" if i % 2 == 0 else "assistant"
         message = await threads.append_message(
-            resource, "chat 1", role, f"message <{i}>", create_session=True
+            resource, "chat&1", role, f"message <{i}>", create_session=True
         )
         ids.append(message.id)
     async with memory.pool.connection() as conn:
         await insert_observed(
             conn,
             resource,
-            "chat 1",
+            "chat&1",
             ids[0],
             ids[9],
             "* User counts messages",
@@ -510,30 +510,30 @@ async def test_session_history_observations_rename_delete(
     await memory.remember(resource, "Survives the session")
 
     listing = (await gui.get("/sessions")).text
-    assert 'href="/sessions/chat%201"' in listing
+    assert 'href="/sessions/chat%261"' in listing
 
-    page = (await gui.get("/sessions/chat%201")).text
+    page = (await gui.get("/sessions/chat%261")).text
     assert page.count('<li class="message ') == 50
     assert f'id="msg-{ids[0]}"' in page
     assert "message &lt;0&gt;" in page
     assert f"?after_id={ids[49]}" in page
     assert "* User counts messages" in page
-    assert f'href="/sessions/chat%201?after_id={ids[0] - 1}#msg-{ids[0]}"' in page
-    rest = (await gui.get("/sessions/chat%201", params={"after_id": str(ids[49])})).text
+    assert f'href="/sessions/chat%261?after_id={ids[0] - 1}#msg-{ids[0]}"' in page
+    rest = (await gui.get("/sessions/chat%261", params={"after_id": str(ids[49])})).text
     assert rest.count('<li class="message ') == 10
 
-    too_long = await post_form(gui, "/sessions/chat%201/rename", {"title": "t" * 201})
+    too_long = await post_form(gui, "/sessions/chat%261/rename", {"title": "t" * 201})
     assert too_long.status_code == 422
     assert "at most 200" in field_error(too_long.text, "title")
-    renamed = await post_form(gui, "/sessions/chat%201/rename", {"title": "Counting"})
-    assert renamed.headers["location"] == "/sessions/chat%201?notice=session-renamed"
-    assert (await threads.get_session(resource, "chat 1")).title == "Counting"
+    renamed = await post_form(gui, "/sessions/chat%261/rename", {"title": "Counting"})
+    assert renamed.headers["location"] == "/sessions/chat%261?notice=session-renamed"
+    assert (await threads.get_session(resource, "chat&1")).title == "Counting"
 
-    confirm = await gui.get("/sessions/chat%201/delete")
+    confirm = await gui.get("/sessions/chat%261/delete")
     assert "Delete this session" in confirm.text
-    deleted = await post_form(gui, "/sessions/chat%201/delete", {})
+    deleted = await post_form(gui, "/sessions/chat%261/delete", {})
     assert deleted.headers["location"] == "/sessions?notice=session-deleted"
-    assert (await gui.get("/sessions/chat%201")).status_code == 404
+    assert (await gui.get("/sessions/chat%261")).status_code == 404
     assert await count_rows(memory, resource) == 1  # long-term memory stays
 
 

@@ -79,10 +79,17 @@ def snapshot(conn: psycopg.Connection[dict[str, Any]], *resources: str) -> dict[
     return state
 
 
+#: Written in the background by the server's vector worker, for memories that earlier
+#: (accepted) requests stored, whenever it gets to them: not a refused request's doing.
+#: A refused request that stored a memory shows in ``popagent_memories`` itself.
+BACKGROUND = ("popagent_memory_embeddings", "popagent_pending_vectors")
+
+
 def changed(
     before: dict[str, Any], after: dict[str, Any], *, ignore: tuple[str, ...] = ()
 ) -> list[str]:
-    return [k for k in before if k not in ignore and before[k] != after.get(k)]
+    skip = ignore + BACKGROUND
+    return [k for k in before if k not in skip and before[k] != after.get(k)]
 
 
 def has_traceback(text: str) -> bool:

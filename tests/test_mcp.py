@@ -115,6 +115,9 @@ async def test_stdio_lists_the_tools_with_closed_schemas_and_the_guidance(
         "get_episode",
     }
     assert instructions == SERVER_INSTRUCTIONS
+    # Each rule once, in the description of the tool it is about; the instructions point there.
+    assert WORTH_REMEMBERING not in instructions and FALLIBLE not in instructions
+    assert "description of `remember`" in instructions
 
 
 async def test_stdio_remember_then_recall_across_two_connections(
@@ -132,7 +135,7 @@ async def test_stdio_remember_then_recall_across_two_connections(
     async with stdio(database_url, resource, errlog) as second:
         found = await second.call_tool("recall", {"query": "does the user prefer dark mode?"})
     assert not found.is_error
-    assert text_of(found) == f"{popagent.HEADER}\n- [fact] {THEME}"
+    assert text_of(found) == f"{popagent.HEADER}\n- [fact #{fact.id}] {THEME}"
     structured = found.structured_content
     assert structured is not None and structured["rendered"] == text_of(found)
     [result] = structured["results"]
@@ -325,7 +328,14 @@ async def test_recall_list_and_forget_facts(memory: popagent.LongTermMemory, res
     async with inproc(memory, resource) as client:
         empty = await client.call_tool("recall", {"query": "dark mode"})
         assert not empty.is_error and text_of(empty) == "No relevant long-term memories."
-        assert empty.structured_content == {"rendered": "", "results": []}
+        assert empty.structured_content is not None
+        assert empty.structured_content["mode"] == "fused"  # semantic recall by default
+        assert empty.structured_content["reason"].startswith("fused (words and meaning)")
+        assert empty.structured_content["pending_vectors"] == 0
+        assert {k: empty.structured_content[k] for k in ("rendered", "results")} == {
+            "rendered": "",
+            "results": [],
+        }
         theme = (await memory.remember(resource, THEME, key="ui.theme")).memory
         city = (await memory.remember(resource, CITY)).memory
 
@@ -619,7 +629,8 @@ def test_the_documented_stdio_transcript_still_holds(database_url: str, resource
     assert replies[1]["result"]["serverInfo"]["name"] == "popagent"
     assert [t["name"] for t in replies[2]["result"]["tools"]] == TOOLS
     assert replies[3]["result"]["content"][0]["text"].startswith("Stored: created fact #")
-    assert replies[4]["result"]["content"][0]["text"] == f"{popagent.HEADER}\n- [fact] {THEME}"
+    assert replies[4]["result"]["content"][0]["text"].startswith(f"{popagent.HEADER}\n- [fact #")
+    assert replies[4]["result"]["content"][0]["text"].endswith(f"] {THEME}")
     assert replies[5]["result"]["isError"] is True
     # docs/mcp.md shows a run of this session; its tool list must be today's.
     doc = (Path(__file__).parents[1] / "docs" / "mcp.md").read_text()

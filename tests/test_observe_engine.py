@@ -52,7 +52,12 @@ def _actor_history(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The actor request's messages between the guidance and the new user message."""
     messages = body["messages"]
     assert messages[0]["content"] == SUPERVISOR_GUIDANCE
-    return list(messages[1:-1])
+    history = list(messages[1:-1])
+    # Recalled long-term memories come first when there are any (semantic recall finds
+    # the earlier turns' episodes); these tests are about what follows them.
+    if history and history[0]["content"].startswith(popagent.HEADER):
+        history = history[1:]
+    return history
 
 
 async def _stored(

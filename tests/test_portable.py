@@ -72,7 +72,7 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
     plain = await threads.append_message(resource, "chat-2", "user", "A plain note.")
     async with memory.pool.connection() as conn:
         await conn.execute(
-            "UPDATE popagent_turns SET status = 'failed', ended_at = clock_timestamp() "
+            "UPDATE popagent_turns SET status = 'failed', ended_at = statement_timestamp() "
             "WHERE resource_id = %s AND turn_id = %s",
             (resource, failed.turn_id),
         )
@@ -596,7 +596,7 @@ def test_cli_export_and_import_round_trip(
         == 0
     )
     out = tmp_path / "export.jsonl"
-    result = invoke("export", "--resource", resource, "-o", str(out))
+    result = invoke("export", "--resource-id", resource, "-o", str(out))
     assert result.exit_code == 0, result.output
     assert f"exported {resource}: 1 fact, 1 fact_version" in result.output
     assert [json.loads(x)["type"] for x in out.read_text().splitlines()[1:]] == [
@@ -605,7 +605,7 @@ def test_cli_export_and_import_round_trip(
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["export.jsonl"]  # no partial file left
 
-    result = invoke("import", str(out), "--resource", other_resource)
+    result = invoke("import", str(out), "--resource-id", other_resource)
     assert result.exit_code == 0, result.output
     assert f"imported into {other_resource}:" in result.output
     assert "fact: 1 added" in result.output and "fact_version: 1 added" in result.output
@@ -615,7 +615,7 @@ def test_cli_export_and_import_round_trip(
     shown = invoke("--resource-id", other_resource, "facts", "list", "--json")
     assert [f["content"] for f in json.loads(shown.output)] == ["Prefers coffee"]
 
-    stdout = invoke("export", "--resource", resource)
+    stdout = invoke("--resource-id", resource, "export")
     assert json.loads(stdout.stdout.splitlines()[0])["resource_id"] == resource
 
     bad = tmp_path / "bad.jsonl"
@@ -625,7 +625,7 @@ def test_cli_export_and_import_round_trip(
 
     mem0 = tmp_path / "mem0.json"
     mem0.write_text(json.dumps(_mem0(None, "Plays the cello")))
-    result = invoke("import", str(mem0), "--from", "mem0", "--resource", other_resource)
+    result = invoke("import", str(mem0), "--from", "mem0", "--resource-id", other_resource)
     assert result.exit_code == 0 and "fact: 1 added" in result.output
     recalled = invoke("--resource-id", other_resource, "recall", "cello")
     assert "Plays the cello" in recalled.output

@@ -107,6 +107,12 @@ async def fill(
     await MemorySettingsStore(memory.pool).update(resource, observer_guidance=f"Note {mark}.")
     secrets = SecretStore(memory.pool, SecretCipher(os.urandom(32)))
     await secrets.set(resource, f"{mark}_token", f"value-of-{mark}")
+    # Vectors, written by the background worker; then, the worker stopped, a memory
+    # whose vectors stay pending (as one written where no model runs).
+    assert await memory.wait_for_vectors(resource) == 0
+    await memory.aclose()
+    lexical = popagent.LongTermMemory(memory.pool, embedder=None)
+    await lexical.remember(resource, f"{mark} noted where no model runs")
 
 
 async def text_columns(memory: popagent.LongTermMemory) -> dict[str, list[str]]:
@@ -322,6 +328,7 @@ async def test_an_interrupted_purge_deletes_nothing(
             " VALUES (%s, 's1', gen_random_uuid(), 'before_model_call', 'm', now())",
             (resource,),
         )
+    assert await memory.wait_for_vectors(resource) == 0  # no worker writes meanwhile
     before = await count_resource_rows(memory.pool, resource)
     async with (
         popagent.connect(database_url, max_size=2) as other,
@@ -400,18 +407,28 @@ def test_cli_purge_needs_the_resource_and_a_confirmation(database_url: str) -> N
 
     asyncio.run(seed())
     stored = asyncio.run(rows())
-    # No --resource: a usage error, and the group's --resource-id is not taken for it.
-    unnamed = invoke(database_url, "--resource-id", resource, "purge", "--yes")
-    assert unnamed.exit_code == 2 and "--resource" in unnamed.output
-    refused = invoke(database_url, "purge", "--resource", resource, input="n\n")
+    # The resource must be named on the command line: not the default, not the environment.
+    unnamed = invoke(database_url, "purge", "--yes")
+    assert unnamed.exit_code == 2 and "--resource-id" in unnamed.output
+    from_env = CliRunner().invoke(
+        main,
+        ["--database-url", database_url, "purge", "--yes"],
+        env={"POPAGENT_RESOURCE_ID": resource},
+    )
+    assert from_env.exit_code == 2 and "--resource-id" in from_env.output
+    refused = invoke(database_url, "purge", "--resource-id", resource, input="n\n")
     assert refused.exit_code == 1 and "Purge EVERYTHING" in refused.output
-    no_terminal = invoke(database_url, "purge", "--resource", resource)
+    no_terminal = invoke(database_url, "--resource-id", resource, "purge")
     assert no_terminal.exit_code == 1
     assert asyncio.run(rows()) == stored
-    bad = invoke(database_url, "purge", "--resource", " ", "--yes")
-    assert bad.exit_code == 2 and "resource_id" in bad.output
+    bad = invoke(database_url, "purge", "--resource-id", " ", "--yes")
+    assert bad.exit_code == 2 and "resource_id: must not be empty" in bad.output
+    spaced = invoke(database_url, "purge", "--resource-id", f"{resource} x", "--yes")
+    assert spaced.exit_code == 2 and "resource_id: must not contain whitespace" in spaced.output
+    assert asyncio.run(rows()) == stored
 
-    out = invoke(database_url, "purge", "--resource", resource, "--yes", "--json")
+    # The one flag, given before the command, as the group's option.
+    out = invoke(database_url, "--resource-id", resource, "purge", "--yes", "--json")
     assert out.exit_code == 0, out.output
     body = json.loads(out.output)
     assert body["deleted"]["popagent_memories"] == 1
@@ -422,11 +439,11 @@ def test_cli_purge_needs_the_resource_and_a_confirmation(database_url: str) -> N
     assert asyncio.run(rows()) == 0
 
     asyncio.run(seed())
-    confirmed = invoke(database_url, "purge", "--resource", resource, input="y\n")
+    confirmed = invoke(database_url, "purge", "--resource-id", resource, input="y\n")
     assert confirmed.exit_code == 0, confirmed.output
     assert f"purged {stored} rows of resource {resource!r}" in confirmed.output
     assert "popagent_sessions" in confirmed.output and "vacuumed" in confirmed.output
-    again = invoke(database_url, "purge", "--resource", resource, "--yes", "--no-vacuum")
+    again = invoke(database_url, "purge", "--resource-id", resource, "--yes", "--no-vacuum")
     assert again.exit_code == 0 and "purged 0 rows" in again.output
     assert "vacuumed" not in again.output
 
@@ -442,6 +459,7 @@ async def test_api_purge_needs_the_json_boolean_and_acts_on_the_servers_resource
         await ThreadStore(memory.pool).append_message(
             owner, "s1", "user", "hello", create_session=True
         )
+        assert await memory.wait_for_vectors(owner) == 0  # no worker writes meanwhile
     kept = await count_resource_rows(memory.pool, other_resource)
     stored = await count_resource_rows(memory.pool, resource)
     async with api_client(memory, resource) as api:
@@ -478,6 +496,7 @@ async def test_gui_purge_is_a_confirmed_post(
 ) -> None:
     await memory.remember(resource, "Grows tomatoes")
     await memory.retain_episode(resource, "s1", "hello", "hi")
+    assert await memory.wait_for_vectors(resource) == 0  # no worker writes meanwhile
     stored = await count_resource_rows(memory.pool, resource)
     total = sum(n for _, n in stored)
     async with api_client(memory, resource) as gui:

@@ -74,17 +74,19 @@ async def fill(memory: LongTermMemory, resource: str, rng: random.Random) -> Non
         text = " ".join(rng.sample(WORDS, rng.randint(1, 4)))
         await memory.remember(resource, f"fact {i}: {text}", importance=rng.choice([0, 0.3, 1]))
     # Spread the facts' update times too, and expire one (past expiry, not yet maintained).
+    # In epoch seconds: a distributed table (Citus) refuses timestamptz arithmetic on a
+    # column in an UPDATE (a stable operator), and these run on one too (docs/scaling.md).
     async with memory.pool.connection() as conn:
         await conn.execute(
-            "UPDATE popagent_memories SET updated_at = %s - (id %% 97) * interval '3 days' "
+            "UPDATE popagent_memories SET updated_at = to_timestamp(%s - (id %% 97) * 259200.0) "
             "WHERE resource_id = %s AND kind = 'fact'",
-            (NOW, resource),
+            (NOW.timestamp(), resource),
         )
         await conn.execute(
             "UPDATE popagent_memories SET expires_at = now() - interval '1 day' "
-            "WHERE id = (SELECT min(id) FROM popagent_memories "
-            "            WHERE resource_id = %s AND kind = 'fact')",
-            (resource,),
+            "WHERE resource_id = %s AND id = (SELECT min(id) FROM popagent_memories "
+            "                                 WHERE resource_id = %s AND kind = 'fact')",
+            (resource, resource),
         )
 
 
@@ -227,7 +229,7 @@ async def test_repeated_recalls_run_one_generic_plan(
     await memory.retain_episodes(f"{corpus}-big", big)
     async with memory.pool.connection() as conn:
         await conn.execute("ANALYZE popagent_memories, popagent_lexeme_stats")
-    async with popagent.connect(database_url, min_size=1, max_size=1) as one:
+    async with popagent.connect(database_url, min_size=1, max_size=1, embedder=None) as one:
         for query in QUERIES * 3:
             await one.recall(corpus, query, now=NOW, touch=False)
         async with one.pool.connection() as conn:

@@ -54,3 +54,11 @@ def test_stored_text_cannot_forge_a_bullet() -> None:
 def test_negative_budget_is_an_error() -> None:
     with pytest.raises(ValueError):
         render([], budget=-1)
+
+
+def test_ids_label_each_memory_and_keep_the_budget() -> None:
+    results = [make_result(7, "episode", "User: hi"), make_result(12, "fact", "Likes tea")]
+    assert render(results, ids=True) == f"{LABEL}\n- [fact #12] Likes tea\n- [episode #7] User: hi"
+    long = [make_result(i, "episode", "x" * 5_000) for i in range(1, 11)]
+    for budget in (0, 50, len(LABEL) + 20, 1_000, 12_345):
+        assert len(render(long, budget=budget, ids=True)) <= budget

@@ -130,13 +130,18 @@ async def test_a_ciphertext_copied_to_another_row_fails_to_decrypt(
     await secrets.set(resource, "TOKEN", VALUE)
     await secrets.set(to_resource, to_name, "the row's own value")
     async with memory.pool.connection() as conn:
+        # Read, then written: one statement over two resources' rows would be a
+        # cross-shard update on a distributed database (docs/scaling.md).
+        cur = await conn.execute(
+            "SELECT ciphertext, nonce FROM popagent_secrets WHERE resource_id = %s AND name = %s",
+            (resource, "TOKEN"),
+        )
+        sealed = await cur.fetchone()
+        assert sealed is not None
         await conn.execute(
-            """
-            UPDATE popagent_secrets t SET ciphertext = s.ciphertext, nonce = s.nonce
-            FROM popagent_secrets s
-            WHERE t.resource_id = %s AND t.name = %s AND s.resource_id = %s AND s.name = %s
-            """,
-            (to_resource, to_name, resource, "TOKEN"),
+            "UPDATE popagent_secrets SET ciphertext = %s, nonce = %s"
+            " WHERE resource_id = %s AND name = %s",
+            (sealed["ciphertext"], sealed["nonce"], to_resource, to_name),
         )
     with pytest.raises(SecretDecryptError, match="not sealed for this resource and name") as info:
         await secrets.reveal(to_resource, to_name)

@@ -83,6 +83,7 @@ def test_old_import_paths_name_the_same_classes() -> None:
             "UnauthorizedError",
             "ServerError",
             "DatabaseUnavailableError",
+            "ServerBusyError",
         ],
     }
     for module, names in moved.items():
@@ -91,6 +92,9 @@ def test_old_import_paths_name_the_same_classes() -> None:
             assert name in module.__all__, (module.__name__, name)
     assert issubclass(errors.DatabaseUnavailableError, errors.DatabaseError)
     assert issubclass(errors.DatabaseUnavailableError, errors.ServerError)
+    assert issubclass(errors.DatabaseBusyError, errors.DatabaseError)
+    assert issubclass(errors.ServerBusyError, errors.DatabaseUnavailableError)
+    assert issubclass(errors.ServerBusyError, errors.DatabaseBusyError)
 
 
 def _env_names(text: str) -> set[str]:

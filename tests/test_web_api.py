@@ -271,6 +271,7 @@ async def test_recall_preview_writes_what_its_response_model_would(
     await memory.retain_episode(
         resource, "s2", "bees last week", "ok", created_at=datetime.now(UTC) - timedelta(days=5)
     )
+    assert await memory.wait_for_vectors(resource) == 0  # the same ranking for both recalls
     for query in ("bees", "bees last week", "bee club tuesday", "nothing matches this"):
         response = await api.post("/api/recall", json={"query": query, "limit": 10})
         assert response.status_code == 200
@@ -279,14 +280,27 @@ async def test_recall_preview_writes_what_its_response_model_would(
         parsed = RecallOut.model_validate_json(response.content)
         assert parsed.model_dump_json().encode() == response.content
         # And of the library's results (recency moves with time, so the same results).
-        results = await memory.recall(resource, query, limit=10, touch=False)
+        report = await memory.recall_report(resource, query, limit=10, touch=False)
+        results = report.results
         expected = RecallOut.model_validate(
-            {"query": query, "results": [r.to_json() for r in results], "rendered": render(results)}
+            {
+                "query": query,
+                "results": [r.to_json() for r in results],
+                "rendered": render(results),
+                **report.to_json(),
+            }
         )
-        assert recall_json(query, results) == expected.model_dump_json().encode()
+        assert recall_json(query, report) == expected.model_dump_json().encode()
+        assert parsed.mode == report.mode == "fused" and parsed.model == report.model
         assert [r.memory.id for r in parsed.results] == [r.memory.id for r in results]
         assert len(results) >= (4 if query == "bees" else 0)
-    assert len(RecallOut.model_validate_json(response.content).results) == 0
+    # No result at all (a resource with no memory), written the same way.
+    empty = await memory.recall_report(f"{resource}-empty", "bees", touch=False)
+    assert empty.results == [] and empty.pending == 0
+    expected = RecallOut.model_validate(
+        {"query": "bees", "results": [], "rendered": "", **empty.to_json()}
+    )
+    assert recall_json("bees", empty) == expected.model_dump_json().encode()
 
 
 async def test_cleanup_needs_confirmation(

@@ -17,6 +17,8 @@ from click.testing import CliRunner
 
 import popagent
 from popagent.cli import main
+from popagent.client.errors import error_from_body
+from popagent.errors import DatabaseBusyError, ServerBusyError
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.scheduler import SCHEDULE_LOCK_ID, MaintenanceScheduler
@@ -278,3 +280,48 @@ async def test_healthz_alone_sees_the_database_come_back(database_url: str, reso
                 await asyncio.sleep(0.05)
     assert statuses[-1] == 200, statuses
     assert memory.pool.down_since is None
+
+
+# --- a busy database is not an outage -------------------------------------------------------
+
+
+async def test_a_busy_database_is_a_503_that_says_retry(database_url: str, resource: str) -> None:
+    async with popagent.connect(database_url, max_size=1, queue_timeout=0.3) as memory:
+        app = create_app(
+            ServerConfig(resource_id=resource, maintenance_interval_s=None),
+            memory=memory,
+            model_from_env=False,
+        )
+        async with in_process(app) as client, memory.pool.connection():
+            busy = await client.post("/api/facts", json={"content": "Waits in line"})
+    assert busy.status_code == 503
+    assert busy.headers["retry-after"] == "1"
+    body = busy.json()
+    assert body["error"] == "database_busy" and "retry" in body["message"]
+    assert "PostgreSQL" not in body["message"]
+    assert memory.pool.down_since is None
+    # The HTTP client raises it as a busy error, also a DatabaseError.
+    raised = error_from_body(503, body, "POST /api/facts")
+    assert isinstance(raised, ServerBusyError) and isinstance(raised, DatabaseBusyError)
+    assert isinstance(raised, popagent.DatabaseUnavailableError)
+
+
+async def test_healthz_says_busy_not_down_behind_a_burst(database_url: str, resource: str) -> None:
+    async with popagent.connect(database_url, max_size=1) as memory:
+        app = create_app(
+            ServerConfig(resource_id=resource, maintenance_interval_s=None),
+            memory=memory,
+            model_from_env=False,
+        )
+
+        async def hold() -> None:
+            async with memory.pool.connection() as conn:
+                await conn.execute("SELECT pg_sleep(0.02)")
+
+        async with in_process(app) as client:
+            burst = asyncio.gather(*(hold() for _ in range(200)))  # about 4 s of queue
+            await asyncio.sleep(0.1)
+            health = await client.get("/healthz")
+            await burst
+    assert health.status_code == 200, health.text
+    assert health.json() == {"status": "ok", "database": "busy"}

@@ -7,14 +7,20 @@ resource, with explainable hybrid recall::
         await memory.remember("popagent-user", "Prefers dark mode", key="ui.theme")
         results = await memory.recall("popagent-user", "do I prefer dark mode?")
         print(popagent.render(results))
+
+Only the error tree is imported with the package; every other name is imported
+on first use (PEP 562), so that ``import popagent.cli`` does not pay for the
+database driver, the model SDK or the agent before a command needs them.
 """
 
-from .agent import SUPERVISOR_GUIDANCE, Agent, TurnResult
-from .connection import connect
+import importlib as _importlib
+import typing as _typing
+
 from .errors import (
     BackupError,
     ClientError,
     ConflictError,
+    DatabaseBusyError,
     DatabaseError,
     DatabaseUnavailableError,
     EmbeddingError,
@@ -25,24 +31,49 @@ from .errors import (
     SecretDecryptError,
     SecretKeyError,
     SecretRefusedError,
+    ServerBusyError,
     ServerError,
     TransportError,
     TurnFailedError,
     UnauthorizedError,
     ValidationError,
 )
-from .memory.longterm import LongTermMemory
-from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
-from .memory.render import HEADER, render
-from .models import (
-    EpisodeTurn,
-    MaintenanceReport,
-    Memory,
-    MemoryFilter,
-    RecallResult,
-    RememberResult,
-    ScoreComponent,
-)
+
+if _typing.TYPE_CHECKING:
+    from .agent import SUPERVISOR_GUIDANCE, Agent, TurnResult
+    from .connection import connect
+    from .memory.longterm import LongTermMemory
+    from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
+    from .memory.render import HEADER, render
+    from .models import (
+        EpisodeTurn,
+        MaintenanceReport,
+        Memory,
+        MemoryFilter,
+        RecallResult,
+        RememberResult,
+        ScoreComponent,
+    )
+
+#: Where each lazily imported name lives (relative to this package).
+_LAZY = {
+    "SUPERVISOR_GUIDANCE": ".agent",
+    "Agent": ".agent",
+    "TurnResult": ".agent",
+    "connect": ".connection",
+    "LongTermMemory": ".memory.longterm",
+    "DEFAULT_WEIGHTS": ".memory.ranking",
+    "RankingWeights": ".memory.ranking",
+    "HEADER": ".memory.render",
+    "render": ".memory.render",
+    "EpisodeTurn": ".models",
+    "MaintenanceReport": ".models",
+    "Memory": ".models",
+    "MemoryFilter": ".models",
+    "RecallResult": ".models",
+    "RememberResult": ".models",
+    "ScoreComponent": ".models",
+}
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -52,6 +83,7 @@ __all__ = [
     "BackupError",
     "ClientError",
     "ConflictError",
+    "DatabaseBusyError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "EmbeddingError",
@@ -71,6 +103,7 @@ __all__ = [
     "SecretDecryptError",
     "SecretKeyError",
     "SecretRefusedError",
+    "ServerBusyError",
     "ServerError",
     "TransportError",
     "TurnFailedError",
@@ -82,3 +115,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> _typing.Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'popagent' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(where, __name__), name)
+    globals()[name] = value  # imported once; later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -15,10 +15,12 @@ __all__ = [
     "RECALL_LIMIT_CAP",
     "check_id",
     "check_limit",
+    "check_new_session_id",
     "check_text",
     "check_time",
     "is_blank",
     "is_invisible",
+    "is_path_segment",
     "strip_blank",
 ]
 
@@ -71,12 +73,53 @@ def strip_blank(text: str) -> str:
 
 
 def check_id(field: str, value: object) -> str:
-    """A resource or session ID: non-empty, at most 256 characters, kept exactly as given."""
+    """A resource or session ID: 1 to 256 characters, none of them whitespace, a control
+    or an invisible character; kept exactly as given (no trimming, no case folding).
+
+    The one rule for every identifier a caller chooses (a fact's key adds lower-casing
+    and its own cap): ``"alice smith"`` is refused rather than silently naming a
+    resource nobody can find again.
+    """
     text = check_text(field, value)
     if is_blank(text):
         raise ValidationError(field, "must not be empty")
     if len(text) > ID_CAP:
         raise ValidationError(field, f"must be at most {ID_CAP} characters")
+    for ch in text:
+        if ch.isspace() or unicodedata.category(ch) == "Cc":
+            raise ValidationError(
+                field, "must not contain whitespace or control characters (use - or _)"
+            )
+        if is_invisible(ch):
+            raise ValidationError(
+                field, "must not contain invisible characters (zero-width, BOM, bidi marks)"
+            )
+    return text
+
+
+def is_path_segment(text: str) -> bool:
+    """Whether ``text`` can be one segment of a URL path: no ``/``, and not ``.`` or ``..``
+    (which clients resolve away before sending)."""
+    return "/" not in text and text not in (".", "..")
+
+
+def check_new_session_id(value: object) -> str:
+    """The ID of a session about to be created: ``check_id``'s rule, and one URL segment.
+
+    A session is named in the GUI's and the API's paths (``/sessions/{session_id}``),
+    so an ID with ``/`` (or ``.``/``..``) could be created but never viewed, renamed
+    or deleted over HTTP. Every surface that creates a session applies this (the
+    library, the API, the GUI, the CLI, MCP, adapters, import). Sessions created
+    before the rule keep their IDs and stay readable, writable and deletable through
+    the library: only creating one is refused (no migration rewrites IDs).
+    """
+    text = check_id("session_id", value)
+    if not is_path_segment(text):
+        raise ValidationError(
+            "session_id",
+            "must not contain '/' nor be '.' or '..' (a session ID is one segment of the "
+            "GUI's and the API's URLs; use - or _)",
+        )
     return text
 
 

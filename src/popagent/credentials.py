@@ -58,14 +58,31 @@ are ignored while detecting, so a secret cannot be hidden by breaking it up;
 the redacted span covers them. Markers (``[REDACTED:...]``, the secret store's
 ``[secret:NAME]``) are never values, so redacting twice changes nothing.
 Secret values an agent needs belong in the separate secret store.
+
+Cost: linear in the text's length, whatever the text. Every pattern is
+written so that the regular-expression engine never re-reads a stretch of
+text from many starting points: candidates begin at a literal first
+character (the engine skips ahead to it) with the word boundary checked
+behind it, runs are matched possessively, the few scanners that would
+otherwise retry a run from each position inside it (JSON Web Tokens, URL
+schemes, ``otpauth://`` URIs, assignments to credential-named identifiers,
+card numbers) skip the rest of a run once one start has failed, and every
+other repetition is bounded. Case-insensitive detectors read a lower-cased
+copy of the text (the same length, so offsets are shared; values are always
+read from the text itself), and each detector runs only when a word it
+needs occurs in the text. ``bench/screening.py`` measures adversarial input
+of each kind at 1, 8 and 32 KB.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
+from itertools import accumulate
 from typing import Any
 
 from .checks import is_invisible
@@ -76,6 +93,7 @@ __all__ = [
     "redact_credentials",
     "redact_json",
     "redact_json_text",
+    "redacted",
 ]
 
 
@@ -86,15 +104,48 @@ class CredentialFinding:
     end: int
 
 
-# A detector yields (kind, start, end) spans of secret values in the text.
-_Detector = Callable[[str], Iterator[tuple[str, int, int]]]
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """What the detectors read: ``text`` (invisible characters removed) and
+    ``lower``, its lower-cased copy of the same length, so offsets are shared.
+    Values are always read from ``text``."""
 
-# A marker written by this screen or the secret store is never a value.
+    text: str
+    lower: str
+
+
+_Span = tuple[str, int, int]
+# A detector yields (kind, start, end) spans of secret values in the text.
+_Detector = Callable[[_Scan], Iterator[_Span]]
+
+# A marker written by this screen or the secret store is never a value; in the
+# lower-cased copy the case-insensitive detectors read, "[redacted:" is one too.
 _NOT_MARKER = r"(?!\[(?:secret|REDACTED):)"
-# Not preceded by a letter or digit (an underscore, dot or dash counts as a
-# separator, so ``db_password`` and ``X-Api-Key`` hold their keyword).
-_START = r"(?<![^\W_])"
+_NOT_MARKER_LOWER = r"(?!\[(?:secret|redacted):)"
+# What may not stand before a keyword: a letter or digit (an underscore, dot or
+# dash counts as a separator, so ``db_password`` and ``X-Api-Key`` hold their
+# keyword); and for token shapes, any word character (``\b``).
+_ALNUM = r"[^\W_]"
+_WORD = r"\w"
 _END = r"(?![^\W_])"
+
+
+def _starting(alternatives: Iterable[str], behind: str = _ALNUM) -> str:
+    """An alternation of patterns that each open with a literal character and
+    match only where ``behind`` does not precede them.
+
+    The boundary is checked behind the first character rather than before it:
+    a pattern that opens with a literal lets the regular-expression engine skip
+    ahead to the characters that can start it instead of trying it at every
+    position, which is most of the screen's speed on ordinary text.
+    """
+    parts = []
+    for alternative in alternatives:
+        first = alternative[0]
+        if not (first.isalnum() or first in "-"):
+            raise ValueError(f"{alternative!r} must open with a literal character")
+        parts.append(f"{first}(?<!{behind}{first}){alternative[1:]}")
+    return "(?:" + "|".join(parts) + ")"
 
 
 def _token_like(value: str) -> bool:
@@ -107,167 +158,250 @@ def _token_like(value: str) -> bool:
 
 def _whole(
     kind: str,
-    pattern: str | re.Pattern[str],
+    pattern: str,
     flags: int = 0,
     *,
+    lower: bool = False,
     check: Callable[[str], bool] | None = None,
 ) -> _Detector:
-    """A detector redacting each whole match (or group ``v`` when the pattern has one)
-    whose value passes ``check``."""
-    compiled = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, flags)
+    """A detector redacting each whole match (or group ``v`` when the pattern has
+    one) whose value, read from the text itself, passes ``check``. ``lower``: the
+    pattern is written in lower case and reads the lower-cased copy."""
+    compiled = re.compile(pattern, flags)
     group = "v" if "v" in compiled.groupindex else 0
 
-    def detect(text: str) -> Iterator[tuple[str, int, int]]:
-        for match in compiled.finditer(text):
+    def detect(scan: _Scan) -> Iterator[_Span]:
+        for match in compiled.finditer(scan.lower if lower else scan.text):
             start, end = match.span(group)
-            if 0 <= start < end and (check is None or check(text[start:end])):
+            if 0 <= start < end and (check is None or check(scan.text[start:end])):
                 yield kind, start, end
 
     return detect
 
 
+# --- fixed token shapes -----------------------------------------------------------------------
+
+# Each opens a word (``\b``). Runs are possessive: none of the classes holds the
+# character that follows it, so giving characters back could never match.
 _SHAPES: tuple[str, ...] = (
-    r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}",
-    r"\bgh[pousr]_[A-Za-z0-9]{30,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}",
-    r"\bglpat-[A-Za-z0-9_-]{20,}",
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    r"\bxox[abposre]-[A-Za-z0-9-]{10,}",
-    r"\bxapp-\d-[A-Za-z0-9-]{10,}",
-    r"https://hooks\.slack\.com/services/T[A-Za-z0-9]+/B[A-Za-z0-9]+/[A-Za-z0-9]{8,}",
-    r"\bAIza[0-9A-Za-z_-]{35}",
-    r"\bya29\.[0-9A-Za-z_-]{20,}",
-    r"\bGOCSPX-[0-9A-Za-z_-]{20,}",
-    r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
-    r"\bwhsec_[A-Za-z0-9+/=]{20,}",
-    r"\bhf_[A-Za-z0-9]{30,}",
-    r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",
-    r"\bnpm_[A-Za-z0-9]{30,}",
-    r"\bpypi-AgE[A-Za-z0-9_-]{50,}",
-    r"\bdo[por]_v1_[a-f0-9]{64}\b",
-    r"\bshp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b",
-    r"\bSK[0-9a-fA-F]{32}\b",
-    r"\bkey-[0-9a-f]{32}\b",
-    r"(?<![\w:])\d{8,10}:AA[A-Za-z0-9_-]{33}(?![\w-])",
-    r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b",
+    r"sk-[A-Za-z0-9_-]{20,}+",
+    r"gh[pousr]_[A-Za-z0-9]{30,}+",
+    r"github_pat_[A-Za-z0-9_]{22,}+",
+    r"glpat-[A-Za-z0-9_-]{20,}+",
+    r"AKIA[0-9A-Z]{16}\b",
+    r"ASIA[0-9A-Z]{16}\b",
+    r"xox[abposre]-[A-Za-z0-9-]{10,}+",
+    r"xapp-\d-[A-Za-z0-9-]{10,}+",
+    r"AIza[0-9A-Za-z_-]{35}",
+    r"ya29\.[0-9A-Za-z_-]{20,}+",
+    r"GOCSPX-[0-9A-Za-z_-]{20,}+",
+    r"sk_(?:live|test)_[A-Za-z0-9]{16,}+",
+    r"rk_(?:live|test)_[A-Za-z0-9]{16,}+",
+    r"whsec_[A-Za-z0-9+/=]{20,}+",
+    r"hf_[A-Za-z0-9]{30,}+",
+    r"SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+",
+    r"npm_[A-Za-z0-9]{30,}+",
+    r"pypi-AgE[A-Za-z0-9_-]{50,}+",
+    r"do[por]_v1_[a-f0-9]{64}\b",
+    r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b",
+    r"SK[0-9a-fA-F]{32}\b",
+    r"key-[0-9a-f]{32}\b",
+    r"AGE-SECRET-KEY-1[0-9A-Z]{58}\b",
 )
+# Slack webhook URLs open with a literal and need no boundary.
+_SLACK_HOOK = r"https://hooks\.slack\.com/services/T[A-Za-z0-9]++/B[A-Za-z0-9]++/[A-Za-z0-9]{8,}+"
+# Telegram bot tokens: not after a word character or a colon.
+_TELEGRAM = r"\d(?<![\w:]\d)\d{7,9}:AA[A-Za-z0-9_-]{33}(?![\w-])"
 
 _AZURE = (
-    r"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*"
-    + _NOT_MARKER
-    + r"(?P<v>[^;\s\"'&]{8,})"
+    _starting((r"accountkey", r"sharedaccesskey", r"sharedaccesssignature"), _WORD)
+    + r"\s*+=\s*+"
+    + _NOT_MARKER_LOWER
+    + r"(?P<v>[^;\s\"'&]{8,}+)"
 )
-_SAS_SIG = r"[?&]sig=(?P<v>[A-Za-z0-9%+/=]{20,})"
+_SAS_SIG = r"[?&]sig=(?P<v>[A-Za-z0-9%+/=]{20,}+)"
 
 _PEM = (
     r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
     r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _PUTTY = r"PuTTY-User-Key-File-\d+:.*?(?:Private-MAC: *[0-9a-fA-F]+|\Z)"
-_JWT = r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
-_AUTH = r"(?i)\b(?:bearer|basic)\s+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)"
+_AUTH = _starting((r"bearer", r"basic"), _WORD) + r"\s++(?P<v>[a-z0-9._~+/-]{16,}+=*+)"
 _AUTH_HEADER = (
-    r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z]+\s+)?"
-    + _NOT_MARKER
-    + r"(?P<v>[A-Za-z0-9._~+/-]{8,}=*)"
-)
-_URL_PASSWORD = (
-    r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@]*:" + _NOT_MARKER + r"(?P<v>[^\s/@]+)@(?=[\w\[])"
+    _starting((r"proxy-authorization", r"authorization"), _WORD)
+    + r"[\"']?\s*+[:=]\s*+[\"']?(?:[a-z]++\s++)?"
+    + _NOT_MARKER_LOWER
+    + r"(?P<v>[a-z0-9._~+/-]{8,}+=*+)"
 )
 
-# --- AWS secret access keys ------------------------------------------------------------------
+# --- JSON Web Tokens ---------------------------------------------------------------------------
 
-_AWS_VALUE = r"(?<![A-Za-z0-9/+])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+# Three base64url segments, the first two ``eyJ``, opening a word. Read once per
+# run of token characters: the first start in the run is found atomically, and
+# when it fails every later start in the same run fails the same way (its first
+# segment ends where this one did, before the same dot or none), so the engine
+# moves on to the next run instead of retrying from each position inside it.
+_JWT = (
+    r"(?<![A-Za-z0-9_-])(?>[A-Za-z0-9_-]*?(?P<v>e)(?<!\we)yJ)"
+    r"[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"
+)
+
+
+def _jwts(scan: _Scan) -> Iterator[_Span]:
+    for match in re.finditer(_JWT, scan.text):
+        yield "jwt", match.start("v"), match.end()
+
+
+# --- AWS secret access keys --------------------------------------------------------------------
+
+_AWS_VALUE = r"(?<![a-z0-9/+])(?P<v>[a-z0-9/+]{40})(?![a-z0-9/+=])"
 _AWS_NAMED = re.compile(
-    r"(?i)"
-    + _START
-    + r"(?:aws[ _.-]?secret(?:[ _.-]?access)?(?:[ _.-]?key)?|secret[ _.-]?access[ _.-]?key)"
+    _starting(
+        (
+            r"aws[ _.-]?secret(?:[ _.-]?access)?(?:[ _.-]?key)?",
+            r"secret[ _.-]?access[ _.-]?key",
+        )
+    )
     + r"(?:[ _.-]?id)?[^\n]{0,30}?"
     + _AWS_VALUE
 )
-_AWS_AFTER_ID = re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}[^\n]{1,24}?" + _AWS_VALUE)
+_AWS_AFTER_ID = re.compile(
+    _starting((r"AKIA", r"ASIA"), _WORD)
+    + r"[0-9A-Z]{16}[^\n]{1,24}?(?<![A-Za-z0-9/+])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+_LOWER_LETTER = re.compile(r"[a-z]")
+_UPPER_LETTER = re.compile(r"[A-Z]")
+_DIGIT_OR_SLASH = re.compile(r"[0-9/+]")
 
 
-def _aws_secret_keys(text: str) -> Iterator[tuple[str, int, int]]:
-    for pattern in (_AWS_NAMED, _AWS_AFTER_ID):
-        for match in pattern.finditer(text):
-            value = match["v"]
+def _aws_secret_keys(scan: _Scan) -> Iterator[_Span]:
+    for pattern, source in ((_AWS_NAMED, scan.lower), (_AWS_AFTER_ID, scan.text)):
+        for match in pattern.finditer(source):
+            value = scan.text[match.start("v") : match.end("v")]
             # A real key mixes cases and digits or symbols; a word or a hex digest does not.
             if (
-                re.search(r"[a-z]", value)
-                and re.search(r"[A-Z]", value)
-                and re.search(r"[0-9/+]", value)
+                _LOWER_LETTER.search(value)
+                and _UPPER_LETTER.search(value)
+                and _DIGIT_OR_SLASH.search(value)
             ):
                 yield "aws_secret_key", match.start("v"), match.end("v")
 
 
-# --- values named in words or assignments ---------------------------------------------------
+# --- passwords in URLs -------------------------------------------------------------------------
 
-_KEYWORDS = "|".join(
-    (
-        # English
-        r"pass(?:word|wd|phrase)s?",
-        r"pass[ _-](?:word|phrase)",
-        r"pwd",
-        r"pw",
-        r"app[ _-]?password",
-        r"(?:secret|api|access|auth|bot|session|refresh|client|private|signing|encryption|"
-        r"deploy|webhook|personal[ _-]access)[ _-]?(?:key|token|secret)s?",
-        r"(?:wifi|wi-fi|wlan|wpa2?|network)[ _-]?(?:key|passkey)",
-        r"recovery[ _-]?(?:key|code|phrase)s?",
-        r"backup[ _-]?codes?",
-        r"credentials?",
-        # Spanish, Portuguese, German, French, Italian, Dutch, and a few more
-        r"contrase(?:ñ|n)as?",
-        r"clave(?: de acceso| secreta)",
-        r"senhas?",
-        r"palavra-passe",
-        r"passw(?:o|ö)rt(?:er)?",
-        r"kennw(?:o|ö)rt(?:er)?",
-        r"mot de passe",
-        r"mots de passe",
-        r"mdp",
-        r"parola d'ordine",
-        r"wachtwoord(?:en)?",
-        r"has(?:ł|l)o",
-        r"пароль",
-        r"lösenord",
-        r"adgangskode",
-        r"salasana",
-        r"(?:ş|s)ifre",
-        r"heslo",
-        r"jelszó",
-    )
+# The scheme is the run of scheme characters before "://", read from the run's
+# first character only; the match begins at the run's first letter that opens a
+# word (checked in Python for the few whole matches), as a left-to-right
+# search would. No "://" can start inside the user and password, which hold no
+# "/", so skipping a match whose scheme has no such letter loses nothing.
+_URL_PASSWORD = re.compile(
+    r"[a-z0-9+.\-](?<![a-z0-9+.\-][a-z0-9+.\-])[a-z0-9+.\-]*+://[^\s/:@]*+:"
+    + _NOT_MARKER_LOWER
+    + r"(?P<v>[^\s/@]++)@(?=[\w\[])"
+)
+_SCHEME_START = re.compile(r"[a-z](?<!\w[a-z])")
+
+
+def _url_passwords(scan: _Scan) -> Iterator[_Span]:
+    """The password of ``scheme://user:password@host``."""
+    low = scan.lower
+    for match in _URL_PASSWORD.finditer(low):
+        if _SCHEME_START.search(low, match.start(), low.index("://", match.start())):
+            yield "url_password", match.start("v"), match.end("v")
+
+
+# --- values named in words or assignments -----------------------------------------------------
+
+_KEYWORDS = (
+    # English
+    r"pass(?:word|wd|phrase)s?",
+    r"pass[ _-](?:word|phrase)",
+    r"pwd",
+    r"pw",
+    r"app[ _-]?password",
+    *(
+        prefix + r"[ _-]?(?:key|token|secret)s?"
+        for prefix in (
+            "secret",
+            "api",
+            "access",
+            "auth",
+            "bot",
+            "session",
+            "refresh",
+            "client",
+            "private",
+            "signing",
+            "encryption",
+            "deploy",
+            "webhook",
+            r"personal[ _-]access",
+        )
+    ),
+    *(
+        prefix + r"[ _-]?(?:key|passkey)"
+        for prefix in ("wifi", "wi-fi", "wlan", r"wpa2?", "network")
+    ),
+    r"recovery[ _-]?(?:key|code|phrase)s?",
+    r"backup[ _-]?codes?",
+    r"credentials?",
+    # Spanish, Portuguese, German, French, Italian, Dutch, and a few more
+    r"contrase(?:ñ|n)as?",
+    r"clave(?: de acceso| secreta)",
+    r"senhas?",
+    r"palavra-passe",
+    r"passw(?:o|ö)rt(?:er)?",
+    r"kennw(?:o|ö)rt(?:er)?",
+    r"mot de passe",
+    r"mots de passe",
+    r"mdp",
+    r"parola d'ordine",
+    r"wachtwoord(?:en)?",
+    r"has(?:ł|l)o",
+    r"пароль",
+    r"lösenord",
+    r"adgangskode",
+    r"salasana",
+    r"şifre",
+    r"sifre",
+    r"heslo",
+    r"jelszó",
 )
 
 # "for the router", "de mi banco", "für das WLAN": at most four words.
 _QUALIFIER = (
-    r"(?P<qual>\s+(?:for|to|of|on|at|de|del|da|do|di|du|für|fürs|zum|zur|vom|voor|van|para|"
-    r"per|pour)(?:\s+[\w.@'\u2019-]{1,40}){1,4}?)?"
+    r"(?P<qual>\s++(?:for|to|of|on|at|de|del|da|do|di|du|für|fürs|zum|zur|vom|voor|van|para|"
+    r"per|pour)(?:\s++[\w.@'\u2019-]{1,40}){1,4}?)?"
 )
-_ASSIGN = r"(?P<assign>\s*[\"']?\s*(?::=|=>|->|[:=]))\s*"
+_ASSIGN = r"(?P<assign>\s*+[\"']?\s*+(?::=|=>|->|[:=]))\s*+"
 _VERB = (
-    r"(?P<verb>\s+(?:is\s+now|is\s+still|is\s+just|is\s+set\s+to|will\s+be|has\s+been|"
+    r"(?P<verb>\s++(?:is\s++now|is\s++still|is\s++just|is\s++set\s++to|will\s++be|has\s++been|"
     r"is|was|are|were|reads|es|era|sea|est|était|c'est|ist|lautet|war|è|é|blijft|wordt)"
-    r"(?![^\W_])\s*(?:[:=]\s*)?)"
+    r"(?![^\W_])\s*+(?:[:=]\s*+)?)"
 )
-_BARE = r"(?P<bare>[ \t]+)"
-_QUOTED = (
-    r"\"" + _NOT_MARKER + r"(?P<q1>[^\"\n]{1,200})\""
-    r"|'" + _NOT_MARKER + r"(?P<q2>[^'\n]{1,200})'"
-    r"|`" + _NOT_MARKER + r"(?P<q3>[^`\n]{1,200})`"
-    r"|“" + _NOT_MARKER + r"(?P<q4>[^”\n]{1,200})”"
-    r"|«\s?" + _NOT_MARKER + r"(?P<q5>[^»\n]{1,200}?)\s?»"
-)
-_BARE_VALUE = r"[\"'`“]?" + _NOT_MARKER + r"(?P<b>[^\s\"'`“”«»]{2,199}[^\s\"'`“”«».,;:!?)\]}>])"
-_VALUE = r"(?:" + _QUOTED + r"|" + _BARE_VALUE + r")"
+_BARE = r"(?P<bare>[ \t]++)"
+
+
+def _value(marker: str) -> str:
+    """A quoted value (``q1``-``q5``) or a bare one (``b``). The quoted runs are
+    possessive (no run holds its closing quote, so giving back cannot find one);
+    a guillemet value drops one space before its closing guillemet in
+    ``_value_span``, which a lazy run would have left out."""
+    quoted = (
+        r"\"" + marker + r"(?P<q1>[^\"\n]{1,200}+)\""
+        r"|'" + marker + r"(?P<q2>[^'\n]{1,200}+)'"
+        r"|`" + marker + r"(?P<q3>[^`\n]{1,200}+)`"
+        r"|“" + marker + r"(?P<q4>[^”\n]{1,200}+)”"
+        r"|«\s?" + marker + r"(?P<q5>[^»\n]{1,200}+)\s?»"
+    )
+    bare = r"[\"'`“]?" + marker + r"(?P<b>[^\s\"'`“”«»]{2,199}[^\s\"'`“”«».,;:!?)\]}>])"
+    return r"(?:" + quoted + r"|" + bare + r")"
+
+
+_VALUE_LOWER = _value(_NOT_MARKER_LOWER)
 
 _NAMED_VALUE = re.compile(
-    r"(?i)"
-    + _START
-    + r"(?:"
-    + _KEYWORDS
-    + r")"
+    _starting(_KEYWORDS)
     + _END
     + _QUALIFIER
     + r"(?:"
@@ -277,20 +411,62 @@ _NAMED_VALUE = re.compile(
     + r"|(?(qual)(?!)|"
     + _BARE
     + r"))"
-    + _VALUE
+    + _VALUE_LOWER
 )
 
-# Identifiers named for a credential, in an assignment: GITHUB_TOKEN=x, PGPASSWORD=x,
-# slack_bot_token: x. Upper-case environment names, or lower-case ones with a joiner.
+# Identifiers named for a credential, in an assignment: GITHUB_TOKEN=x, PGPASSWORD=x.
+# Upper-case environment names. The name is matched atomically: its first parse
+# (the last keyword in it) reaches the name's end, which is the only place an
+# assignment can follow, so no other parse could match where this one failed.
 _ENV_ASSIGN = re.compile(
-    r"(?<![A-Za-z0-9_])(?:[A-Z0-9]+_)*(?:[A-Z0-9]*(?:PASSWORD|PASSWD|SECRET|TOKEN)|PASS|PWD|"
+    r"(?<![A-Za-z0-9_])(?>(?:[A-Z0-9]+_)*(?:[A-Z0-9]*(?:PASSWORD|PASSWD|SECRET|TOKEN)|PASS|PWD|"
     r"(?:API|ACCESS|SECRET|PRIVATE|MASTER|ENCRYPTION|SIGNING|ACCOUNT|AUTH)_?KEY|CREDENTIALS?)"
-    r"(?:_[A-Z0-9]+)*\s*[:=]\s*" + _VALUE
+    r"(?:_[A-Z0-9]+)*)\s*+[:=]\s*+" + _value(_NOT_MARKER)
 )
+# Lower-case ones with a joiner (slack_bot_token: x): the whole dotted or dashed
+# name is read possessively, then its last part must be the keyword.
+_IDENT_KEYWORDS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    *(
+        prefix + joiner + "key"
+        for prefix in (
+            "api",
+            "access",
+            "secret",
+            "private",
+            "auth",
+            "account",
+            "master",
+            "signing",
+            "encryption",
+        )
+        for joiner in ("_", "-", "")
+    ),
+)
+
+
+def _ending_in(words: Iterable[str]) -> str:
+    """A look-behind for a joiner and one of ``words``, one look-behind per width
+    (the engine needs each to have one width)."""
+    by_width: dict[int, list[str]] = {}
+    for word in words:
+        by_width.setdefault(len(word), []).append(re.escape(word))
+    return (
+        "(?:"
+        + "|".join(f"(?<=[_.-](?:{'|'.join(group)}))" for _, group in sorted(by_width.items()))
+        + ")"
+    )
+
+
 _IDENT_ASSIGN = re.compile(
-    r"(?i)(?<![\w.-])[a-z0-9]+(?:[_.-][a-z0-9]+)*[_.-]"
-    r"(?:token|secret|password|passwd|pwd|(?:api|access|secret|private|auth|account|master|"
-    r"signing|encryption)[_-]?key)[\"']?\s*[:=]\s*" + _VALUE
+    r"[a-z0-9](?<![\w.-][a-z0-9])[a-z0-9]*+(?:[_.-][a-z0-9]++)++"
+    + _ending_in(_IDENT_KEYWORDS)
+    + r"[\"']?\s*+[:=]\s*+"
+    + _VALUE_LOWER
 )
 
 # Ordinary words that follow "password is"/"password:" in conversation; never values.
@@ -341,13 +517,24 @@ def _is_ordinary_word(value: str) -> bool:
     return word in _NOT_VALUES or (len(word) > 4 and word.endswith(_WORDY_ENDINGS))
 
 
+_QUOTED_GROUPS = frozenset({"q1", "q2", "q3", "q4", "q5"})
+
+
 def _value_span(match: re.Match[str]) -> tuple[int, int, bool] | None:
-    for name in ("q1", "q2", "q3", "q4", "q5"):
-        if match.group(name) is not None:
-            return match.start(name), match.end(name), True
-    if match.group("b") is not None:
-        return match.start("b"), match.end("b"), False
-    return None
+    """The value's span and whether it was quoted (the value is the match's last group)."""
+    name = match.lastgroup
+    if name is None or (name != "b" and name not in _QUOTED_GROUPS):
+        return None
+    start, end = match.span(name)
+    # "« value »": the space before "»" is not part of the value.
+    if (
+        name == "q5"
+        and end - start > 1
+        and end + 1 == match.end()
+        and match.string[end - 1].isspace()
+    ):
+        end -= 1
+    return start, end, name != "b"
 
 
 _CODE_VALUE = re.compile(r"[A-Za-z_][A-Za-z_.]*|[A-Za-z_][\w.]*[(\[].*|[$%{<].*")
@@ -360,14 +547,14 @@ def _is_code(value: str) -> bool:
     return _CODE_VALUE.fullmatch(value) is not None
 
 
-def _assigned(kind: str, pattern: re.Pattern[str]) -> _Detector:
-    def detect(text: str) -> Iterator[tuple[str, int, int]]:
-        for match in pattern.finditer(text):
+def _assigned(kind: str, pattern: re.Pattern[str], *, lower: bool) -> _Detector:
+    def detect(scan: _Scan) -> Iterator[_Span]:
+        for match in pattern.finditer(scan.lower if lower else scan.text):
             span = _value_span(match)
             if span is None:
                 continue
             start, end, quoted = span
-            value = text[start:end]
+            value = scan.text[start:end]
             if not value.strip():
                 continue
             if not quoted and (_is_ordinary_word(value) or _is_code(value)):
@@ -377,13 +564,13 @@ def _assigned(kind: str, pattern: re.Pattern[str]) -> _Detector:
     return detect
 
 
-def _named_values(text: str) -> Iterator[tuple[str, int, int]]:
-    for match in _NAMED_VALUE.finditer(text):
+def _named_values(scan: _Scan) -> Iterator[_Span]:
+    for match in _NAMED_VALUE.finditer(scan.lower):
         span = _value_span(match)
         if span is None:
             continue
         start, end, quoted = span
-        value = text[start:end]
+        value = scan.text[start:end]
         if not value.strip():
             continue
         if match.group("bare") is not None:
@@ -401,11 +588,22 @@ def _named_values(text: str) -> Iterator[tuple[str, int, int]]:
 
 # --- PINs, TOTP seeds, seed phrases ----------------------------------------------------------
 
-_PIN = re.compile(
-    r"(?i)"
-    + _START
-    + r"(?:pin(?:[ _-]?(?:code|number|no\.?))?|pin-?code|pass ?code|security[ _-]code|"
-    r"cvv2?|cvc2?|csc|geheimzahl|código pin|code pin|codice pin)"
+_PIN = (
+    _starting(
+        (
+            r"pin(?:[ _-]?(?:code|number|no\.?))?",
+            r"pin-?code",
+            r"pass ?code",
+            r"security[ _-]code",
+            r"cvv2?",
+            r"cvc2?",
+            r"csc",
+            r"geheimzahl",
+            r"código pin",
+            r"code pin",
+            r"codice pin",
+        )
+    )
     + _END
     + _QUALIFIER
     + r"(?:"
@@ -417,12 +615,22 @@ _PIN = re.compile(
     + r")[\"'`]?(?P<v>\d{3,8})(?![\d.,:/-]\d|\d)"
 )
 
-_OTPAUTH = re.compile(r"(?i)\botpauth://[^\s]*?[?&]secret=(?P<v>[A-Z2-7]+=*)")
+_OTPAUTH_START = re.compile(r"o(?<!\wo)tpauth://")
+_OTPAUTH_SECRET = re.compile(r"[?&]secret=(?P<v>[a-z2-7]++=*+)")
+_WHITESPACE = re.compile(r"\s")
 _TOTP_NAMED = re.compile(
-    r"(?i)"
-    + _START
-    + r"(?:2fa|mfa|totp|otp|authenticator|two[- ]factor|2-step)(?:[ _-]?(?:app|auth))?"
-    r"[ _-]?(?:seed|secret|key|setup[ _-]key)s?"
+    _starting(
+        (
+            r"2fa",
+            r"mfa",
+            r"totp",
+            r"otp",
+            r"authenticator",
+            r"two[- ]factor",
+            r"2-step",
+        )
+    )
+    + r"(?:[ _-]?(?:app|auth))?[ _-]?(?:seed|secret|key|setup[ _-]key)s?"
     + _END
     + _QUALIFIER
     + r"(?:"
@@ -431,29 +639,51 @@ _TOTP_NAMED = re.compile(
     + _VERB
     + r"|"
     + _BARE
-    + r")[\"'`]?(?P<v>[A-Za-z2-7]{4}(?:[ -]?[A-Za-z2-7]{4}){3,15}[A-Za-z2-7]{0,3}=*)(?![\w-])"
+    + r")[\"'`]?(?P<v>[a-z2-7]{4}(?:[ -]?[a-z2-7]{4}){3,15}[a-z2-7]{0,3}=*)(?![\w-])"
 )
 
 _SEED_PHRASE = re.compile(
-    r"(?i)"
-    + _START
-    + r"(?:seed|recovery|mnemonic|backup)[ _-]?(?:phrase|words)"
+    _starting((r"seed", r"recovery", r"mnemonic", r"backup"))
+    + r"[ _-]?(?:phrase|words)"
     + _END
     + r"(?:"
     + _ASSIGN
     + r"|"
     + _VERB
-    + r")[\"'`]?(?P<v>[a-z]{3,8}(?:\s+[a-z]{3,8}){11,23})\b"
+    + r")[\"'`]?(?P<v>[a-z]{3,8}(?:\s++[a-z]{3,8}){11,23})\b"
 )
 
 
-def _seeds(text: str) -> Iterator[tuple[str, int, int]]:
-    for pattern in (_OTPAUTH, _TOTP_NAMED):
-        for match in pattern.finditer(text):
-            compact = re.sub(r"[ -]", "", match["v"]).rstrip("=")
-            # A base32 seed is upper case or holds digits; words in prose are neither.
-            if len(compact) >= 16 and (compact.isupper() or any(ch.isdigit() for ch in compact)):
-                yield "totp_seed", match.start("v"), match.end("v")
+def _otpauth_secrets(scan: _Scan) -> Iterator[tuple[int, int]]:
+    """The ``secret=`` of each ``otpauth://`` URI: the first one after the start,
+    before the URI's end (the next whitespace). When a start has none, no later
+    start before that whitespace has one either, so the search resumes there."""
+    low = scan.lower
+    pos = 0
+    end = -1  # the first whitespace at or after the last start: shared by later starts
+    while (start := _OTPAUTH_START.search(low, pos)) is not None:
+        if end < start.end():
+            space = _WHITESPACE.search(low, start.end())
+            end = space.start() if space is not None else len(low)
+        found = _OTPAUTH_SECRET.search(low, start.end(), end)
+        if found is None:
+            pos = end
+            continue
+        yield found.start("v"), found.end("v")
+        pos = found.end()
+
+
+_SEED_SEPARATORS = re.compile(r"[ -]")
+
+
+def _seeds(scan: _Scan) -> Iterator[_Span]:
+    spans = list(_otpauth_secrets(scan))
+    spans += [m.span("v") for m in _TOTP_NAMED.finditer(scan.lower)]
+    for start, end in spans:
+        compact = _SEED_SEPARATORS.sub("", scan.text[start:end]).rstrip("=")
+        # A base32 seed is upper case or holds digits; words in prose are neither.
+        if len(compact) >= 16 and (compact.isupper() or any(ch.isdigit() for ch in compact)):
+            yield "totp_seed", start, end
 
 
 _SENTENCE_WORDS = """
@@ -463,9 +693,9 @@ _SENTENCE_WORDS = """
 _FUNCTION_WORDS = frozenset(_SENTENCE_WORDS.split())
 
 
-def _seed_phrases(text: str) -> Iterator[tuple[str, int, int]]:
-    for match in _SEED_PHRASE.finditer(text):
-        words = match["v"].lower().split()
+def _seed_phrases(scan: _Scan) -> Iterator[_Span]:
+    for match in _SEED_PHRASE.finditer(scan.lower):
+        words = match["v"].split()
         # Twelve random list words, not a sentence ("is something you should never share").
         if sum(w in _FUNCTION_WORDS for w in words) < 2:
             yield "seed_phrase", match.start("v"), match.end("v")
@@ -474,118 +704,273 @@ def _seed_phrases(text: str) -> Iterator[tuple[str, int, int]]:
 # --- payment card numbers -------------------------------------------------------------------
 
 # Runs of digit groups separated by one space or dash; not part of a decimal,
-# a longer number or a phone number written with "+".
-_DIGIT_RUN = re.compile(r"(?<![\w+.,/-])\d+(?:[ -]\d+)*(?![\w.,/]?\d)")
+# a longer number or a phone number written with "+". (Possessive: giving back
+# digits always leaves a digit next, which the closing look-ahead refuses.) A
+# run with fewer than 13 digits holds no card; the look-ahead leaves it to the
+# engine, and so does every later start inside it, which has fewer still.
+_DIGIT_RUN = re.compile(r"\d(?<![\w+.,/-]\d)(?=(?:[ -]?\d){12})\d*+(?:[ -]\d++)*(?![\w.,/]?\d)")
 
-_ISSUERS: tuple[tuple[re.Pattern[str], frozenset[int]], ...] = (
-    (re.compile(r"4"), frozenset({13, 16, 19})),  # Visa
-    (re.compile(r"5[1-5]|2(?:2[2-9][1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"), frozenset({16})),
-    (re.compile(r"3[47]"), frozenset({15})),  # American Express
-    (re.compile(r"6011|65|64[4-9]"), frozenset({16, 17, 18, 19})),  # Discover
-    (re.compile(r"3(?:0[0-5]|[689])"), frozenset({14, 15, 16, 17, 18, 19})),  # Diners Club
-    (re.compile(r"35(?:2[89]|[3-8]\d)"), frozenset({16, 17, 18, 19})),  # JCB
-    (re.compile(r"62"), frozenset({16, 17, 18, 19})),  # UnionPay
+# The issuers' prefixes (no two can match the same number) and their lengths.
+_ISSUER = re.compile(
+    r"(?P<visa>4)"
+    r"|(?P<mastercard>5[1-5]|2(?:2[2-9][1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720))"
+    r"|(?P<amex>3[47])"
+    r"|(?P<discover>6011|65|64[4-9])"
+    r"|(?P<diners>3(?:0[0-5]|[689]))"
+    r"|(?P<jcb>35(?:2[89]|[3-8]\d))"
+    r"|(?P<unionpay>62)"
 )
+_LENGTHS: dict[str, frozenset[int]] = {
+    "visa": frozenset({13, 16, 19}),
+    "mastercard": frozenset({16}),
+    "amex": frozenset({15}),
+    "discover": frozenset({16, 17, 18, 19}),
+    "diners": frozenset({14, 15, 16, 17, 18, 19}),
+    "jcb": frozenset({16, 17, 18, 19}),
+    "unionpay": frozenset({16, 17, 18, 19}),
+}
+_DOUBLED = bytes.maketrans(b"0123456789", b"0246813579")
 
 
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
+@dataclass(frozen=True, slots=True)
+class _Luhn:
+    """Luhn sums of every stretch of a string of digits, from two running sums:
+    ``even`` keeps the digits at even offsets and doubles the others, ``odd`` the
+    other way round. A stretch's last digit is kept and every second one before
+    it doubled, so a stretch ending at an even offset reads ``even``."""
+
+    even: list[int]
+    odd: list[int]
+
+    @classmethod
+    def of(cls, digits: str) -> _Luhn:
+        kept = digits.encode()
+        doubled = kept.translate(_DOUBLED)
+        even, odd = bytearray(kept), bytearray(doubled)
+        even[1::2], odd[1::2] = doubled[1::2], kept[1::2]
+        return cls(list(accumulate(even, initial=0)), list(accumulate(odd, initial=0)))
+
+    def valid(self, start: int, end: int) -> bool:
+        sums = self.even if (end - 1) % 2 == 0 else self.odd
+        return (sums[end] - sums[start] - 48 * (end - start)) % 10 == 0
 
 
-def _is_card(digits: str) -> bool:
-    return (
-        any(p.match(digits) and len(digits) in lengths for p, lengths in _ISSUERS)
-        and len(set(digits)) > 1
-        and _luhn(digits)
-    )
-
-
-def _cards(text: str) -> Iterator[tuple[str, int, int]]:
+def _cards(scan: _Scan) -> Iterator[_Span]:
+    text = scan.text
     for run in _DIGIT_RUN.finditer(text):
-        groups = [(m.start(), m.end()) for m in re.finditer(r"\d+", run.group())]
-        separators = set(re.findall(r"[ -]", run.group()))
-        if len(groups) > 1 and len(separators) > 1:
+        chunk = run.group()
+        if " " in chunk and "-" in chunk:
             continue  # "4111-1111 1111" mixes separators: a list of numbers, not a card
-        base = run.start()
+        groups = chunk.split("-" if "-" in chunk else " ")
+        digits = "".join(groups)
+        sizes = [len(g) for g in groups]
+        # Where each group starts among the digits, and in the text.
+        offsets = list(accumulate(sizes, initial=0))
+        starts = list(accumulate((n + 1 for n in sizes), initial=run.start()))
+        luhn: _Luhn | None = None
+        count = len(groups)
         i = 0
-        while i < len(groups):
-            found = None
-            # The longest run of whole groups starting here that is a card number.
-            for j in range(len(groups) - 1, i - 1, -1):
-                digits = "".join(run.group()[s:e] for s, e in groups[i : j + 1])
-                if len(digits) > 19:
-                    continue
-                if len(digits) < 13:
-                    break
-                inner = [e - s for s, e in groups[i : j + 1]]
-                # Written in groups: each of 3 to 6 digits (the last may be shorter).
-                if len(inner) > 1 and any(not 3 <= n <= 6 for n in inner[:-1]):
-                    continue
-                if _is_card(digits):
-                    found = j
-                    break
-            if found is None:
+        while i < count:
+            issuer = _ISSUER.match(digits, offsets[i])
+            if issuer is None or issuer.lastgroup is None:
                 i += 1
                 continue
-            yield "card_number", base + groups[i][0], base + groups[found][1]
+            lengths = _LENGTHS[issuer.lastgroup]
+            # The longest run of whole groups starting here that is a card number:
+            # at most 19 digits, so at most 19 groups are ever looked at.
+            found = -1
+            for j in range(i, count):
+                # Written in groups: each of 3 to 6 digits (the last may be shorter).
+                if j > i and not 3 <= sizes[j - 1] <= 6:
+                    break
+                total = offsets[j + 1] - offsets[i]
+                if total > 19:
+                    break
+                if total not in lengths:
+                    continue
+                if luhn is None:
+                    luhn = _Luhn.of(digits)
+                begin, end = offsets[i], offsets[j + 1]
+                if luhn.valid(begin, end) and digits.count(digits[begin], begin, end) < total:
+                    found = j
+            if found < 0:
+                i += 1
+                continue
+            yield "card_number", starts[i], starts[found] + sizes[found]
             i = found + 1
 
 
-_DETECTORS: tuple[_Detector, ...] = (
-    _whole("private_key", _PEM, re.DOTALL),
-    _whole("private_key", _PUTTY, re.DOTALL),
-    _whole("jwt", _JWT),
-    _whole("authorization", _AUTH, check=_token_like),
-    _whole("authorization", _AUTH_HEADER, check=_token_like),
+# --- the detectors, each run only when a word it needs occurs ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Gated:
+    """A detector and the words one of which its matches always hold (``None``:
+    always run): lower case, looked for in the lower-cased copy, unless
+    ``cased``."""
+
+    detect: _Detector
+    needs: tuple[str, ...] | None
+    cased: bool = False
+
+    def wanted(self, scan: _Scan) -> bool:
+        if self.needs is None:
+            return True
+        source = scan.text if self.cased else scan.lower
+        return any(word in source for word in self.needs)
+
+
+_DETECTORS: tuple[_Gated, ...] = (
+    _Gated(_whole("private_key", _PEM, re.DOTALL), ("-----begin ",)),
+    _Gated(_whole("private_key", _PUTTY, re.DOTALL), ("putty-user-key-file-",)),
+    _Gated(_jwts, ("eyJ",), cased=True),
+    _Gated(_whole("authorization", _AUTH, lower=True, check=_token_like), ("bearer", "basic")),
+    _Gated(
+        _whole("authorization", _AUTH_HEADER, lower=True, check=_token_like),
+        ("authorization",),
+    ),
     # One alternation, one pass over the text, for all the fixed token shapes.
-    _whole("api_key", "|".join(f"(?:{pattern})" for pattern in _SHAPES)),
-    _whole("api_key", _AZURE),
-    _whole("api_key", _SAS_SIG),
-    _aws_secret_keys,
-    _whole("url_password", _URL_PASSWORD),
-    _named_values,
-    _assigned("secret", _ENV_ASSIGN),
-    _assigned("secret", _IDENT_ASSIGN),
-    _whole("pin", _PIN),
-    _seeds,
-    _seed_phrases,
-    _cards,
+    _Gated(_whole("api_key", _starting(_SHAPES, _WORD)[:-1] + "|" + _SLACK_HOOK + ")"), None),
+    _Gated(_whole("api_key", _TELEGRAM), (":aa",)),
+    _Gated(_whole("api_key", _AZURE, lower=True), ("accountkey", "sharedaccess")),
+    _Gated(_whole("api_key", _SAS_SIG), ("sig=",)),
+    _Gated(_aws_secret_keys, ("aws", "secret", "akia", "asia")),
+    _Gated(_url_passwords, ("://",)),
+    _Gated(
+        _named_values,
+        (
+            "pass",
+            "pw",
+            "key",
+            "token",
+            "secret",
+            "credential",
+            "recovery",
+            "backup",
+            "contrase",
+            "clave",
+            "senha",
+            "kennw",
+            "mdp",
+            "parola",
+            "wachtwoord",
+            "hasło",
+            "haslo",
+            "пароль",
+            "lösenord",
+            "adgangskode",
+            "salasana",
+            "ifre",
+            "heslo",
+            "jelszó",
+        ),
+    ),
+    _Gated(
+        _assigned("secret", _ENV_ASSIGN, lower=False),
+        ("PASS", "PWD", "SECRET", "TOKEN", "KEY", "CREDENTIAL"),
+        cased=True,
+    ),
+    _Gated(
+        _assigned("secret", _IDENT_ASSIGN, lower=True),
+        ("token", "secret", "passw", "pwd", "key"),
+    ),
+    _Gated(
+        _whole("pin", _PIN, lower=True),
+        ("pin", "pass", "security", "cvv", "cvc", "csc", "geheimzahl"),
+    ),
+    _Gated(_seeds, ("otp", "2fa", "mfa", "authenticator", "two", "2-step")),
+    _Gated(_seed_phrases, ("seed", "recovery", "mnemonic", "backup")),
+    _Gated(_cards, None),
 )
 
 
-# --- invisible characters -------------------------------------------------------------------
+# --- invisible characters and case ------------------------------------------------------------
 
 
-def _visible(text: str) -> tuple[str, list[int] | None]:
-    """``text`` without invisible characters, and where each kept one was (``None``: as is)."""
-    if text.isascii() or not any(is_invisible(ch) for ch in text):
-        return text, None
-    kept: list[str] = []
-    where: list[int] = []
-    for i, ch in enumerate(text):
-        if not is_invisible(ch):
-            kept.append(ch)
-            where.append(i)
-    return "".join(kept), where
+@cache
+def _invisible_run() -> re.Pattern[str]:
+    """Runs of the characters ``checks.is_invisible`` names, as a class of code
+    point ranges (a list of single characters makes the engine slow on every
+    non-ASCII text). Format characters (``Cf``) live in Unicode's planes 0, 1 and
+    14 only, so those are the ones read (once per process, about 20 ms)."""
+    planes = (range(0x10000), range(0x10000, 0x20000), range(0xE0000, 0xF0000))
+    ranges: list[list[int]] = []
+    for code in (c for plane in planes for c in plane if is_invisible(chr(c))):
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    members = "".join(
+        re.escape(chr(first)) + ("" if first == last else "-" + re.escape(chr(last)))
+        for first, last in ranges
+    )
+    return re.compile(f"[{members}]+")
+
+
+# Characters whose lower case is not one character, or that the regular-expression
+# engine's case-insensitive matching equates with an ASCII letter that
+# ``str.lower`` leaves apart: mapped so that the lower-cased copy has the
+# text's length and reads them as those letters.
+_CASE_FIXES = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
+
+
+def _lowered(text: str) -> str:
+    if text.isascii() or not any(ch in text for ch in "\u0130\u0131\u017f"):
+        return text.lower()
+    return text.translate(_CASE_FIXES).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class _Visible:
+    """``text`` without its invisible characters, and how to map an offset in it
+    back to the text (``None``: nothing was removed)."""
+
+    text: str
+    piece_starts: list[int] | None = None  # where each visible piece starts, in ``text``
+    original_starts: list[int] | None = None  # and in the original
+
+    def original(self, offset: int) -> int:
+        if self.piece_starts is None or self.original_starts is None:
+            return offset
+        k = bisect_right(self.piece_starts, offset) - 1
+        return self.original_starts[k] + offset - self.piece_starts[k]
+
+
+def _visible(text: str) -> _Visible:
+    if text.isascii():
+        return _Visible(text)
+    invisible = _invisible_run()
+    if invisible.search(text) is None:
+        return _Visible(text)
+    pieces = invisible.split(text)
+    gaps = [len(g) for g in invisible.findall(text)]
+    sizes = [len(p) for p in pieces]
+    piece_starts = list(accumulate(sizes[:-1], initial=0))
+    # A piece starts after every earlier piece and gap.
+    original_starts = [
+        start + gap for start, gap in zip(piece_starts, accumulate(gaps, initial=0), strict=True)
+    ]
+    return _Visible("".join(pieces), piece_starts, original_starts)
 
 
 def find_credentials(text: str) -> list[CredentialFinding]:
-    """Every credential-looking span in ``text``, sorted, non-overlapping."""
+    """Every credential-looking span in ``text``, sorted, non-overlapping.
+
+    Linear in the text's length (see the module docstring): a 32,000-character
+    message costs milliseconds whatever it holds.
+    """
     if not text:
         return []
-    visible, where = _visible(text)
+    visible = _visible(text)
+    scan = _Scan(visible.text, _lowered(visible.text))
     spans: list[CredentialFinding] = []
-    for detect in _DETECTORS:
-        for kind, start, end in detect(visible):
-            if where is not None:
-                start, end = where[start], where[end - 1] + 1
-            spans.append(CredentialFinding(kind, start, end))
+    for gated in _DETECTORS:
+        if not gated.wanted(scan):
+            continue
+        for kind, start, end in gated.detect(scan):
+            spans.append(
+                CredentialFinding(kind, visible.original(start), visible.original(end - 1) + 1)
+            )
     spans.sort(key=lambda f: (f.start, -f.end))
     merged: list[CredentialFinding] = []
     for finding in spans:
@@ -596,6 +981,11 @@ def find_credentials(text: str) -> list[CredentialFinding]:
             continue
         merged.append(finding)
     return merged
+
+
+def redacted(text: str) -> str:
+    """``text`` with each credential replaced by ``[REDACTED:<kind>]``."""
+    return redact_credentials(text)[0]
 
 
 def redact_credentials(text: str) -> tuple[str, int]:

@@ -44,7 +44,9 @@ __all__ = [
     "RESOURCE_ID_ENV",
     "SECRET_KEY_ENV",
     "SECRET_KEY_FILE_ENV",
+    "TEST_AFTER_MIGRATE_ENV",
     "TEST_DATABASE_URL_ENV",
+    "TEST_NO_CREATE_DATABASE_ENV",
     "TOKEN_ENV",
     "TOKEN_FILE_ENV",
     "URL_ENV",
@@ -110,6 +112,8 @@ WORKER_CONFIG_ENV = "POPAGENT_WORKER_CONFIG"
 WORKER_PARENT_ENV = "POPAGENT_WORKER_PARENT"
 # The test suite's server (tests/conftest.py).
 TEST_DATABASE_URL_ENV = "POPAGENT_TEST_DATABASE_URL"
+TEST_NO_CREATE_DATABASE_ENV = "POPAGENT_TEST_NO_CREATE_DATABASE"
+TEST_AFTER_MIGRATE_ENV = "POPAGENT_TEST_AFTER_MIGRATE"
 #: Not popagent's: the fallback key of both model clients.
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -163,6 +167,16 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         TEST_DATABASE_URL_ENV,
         "runs the test suite on this server instead of a disposable one",
+        scope="test",
+    ),
+    EnvVar(
+        TEST_NO_CREATE_DATABASE_ENV,
+        "1: the suite runs in the database of POPAGENT_TEST_DATABASE_URL itself",
+        scope="test",
+    ),
+    EnvVar(
+        TEST_AFTER_MIGRATE_ENV,
+        "an .sql file or command run once the suite has migrated that database",
         scope="test",
     ),
 )

@@ -8,6 +8,7 @@
     ├── NotFoundError               no such memory in this resource
     ├── ConflictError               a strict create met an existing key
     ├── DatabaseError               the server could not be reached or started
+    │   └── DatabaseBusyError       every connection in use past the queue's limits; retry
     ├── TurnFailedError             an agent turn could not complete; ``cause`` says why
     ├── ModelError                  a model call failed; ``retryable`` says if it may succeed later
     ├── EmbeddingError              the embedding model could not embed the texts
@@ -20,11 +21,25 @@
         ├── UnauthorizedError       401
         └── ServerError             another 5xx
             └── DatabaseUnavailableError   503 for the database (also a DatabaseError)
+                └── ServerBusyError        503 ``database_busy`` (also a DatabaseBusyError)
 
 Every class is defined here; the modules that raise them (``popagent.llm.protocol``,
 ``popagent.embed.protocol``, ``popagent.observe.observer``, ``popagent.secrets.cipher``,
 ``popagent.store.backup``, ``popagent.client.errors``) re-export them, so both
 import paths name the same class.
+
+Database failures: ``DatabaseError`` says that PostgreSQL could not do the
+work: it does not answer (a connection could not be made or was lost, the
+embedded server's supervisor saw it die, a probe found it silent; once it is
+known away a caller waits at most the checkout timeout, 2 s), or it refused
+(out of disk, a conflicting operation). ``DatabaseBusyError`` says that it
+answers but every pooled connection stayed in use: callers wait for one in the
+pool's queue, in order, and get this error only past the queue's limits
+(``DEFAULT_QUEUE_LIMIT`` callers waiting, 10,000, or a wait of
+``DEFAULT_QUEUE_TIMEOUT``, 30 s; both in ``popagent.store.database``). Nothing
+was done, and the same call may succeed a moment later. The server answers it
+with 503 ``database_busy`` and ``Retry-After``, which the HTTP client raises as
+``ServerBusyError``.
 
 Every error is raised before anything is written, or after the transaction
 that would have written was rolled back: a failed call changes nothing. The one
@@ -38,6 +53,7 @@ __all__ = [
     "BackupError",
     "ClientError",
     "ConflictError",
+    "DatabaseBusyError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "EmbeddingError",
@@ -48,6 +64,7 @@ __all__ = [
     "SecretDecryptError",
     "SecretKeyError",
     "SecretRefusedError",
+    "ServerBusyError",
     "ServerError",
     "TransportError",
     "TurnFailedError",
@@ -72,6 +89,11 @@ class ValidationError(PopagentError, ValueError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple[type[ValidationError], tuple[str, str]]:
+        # Checks may run in a worker process (``popagent.offload``); the error
+        # crosses back pickled, and ``Exception`` would rebuild it from ``args``.
+        return type(self), (self.field, self.message)
+
 
 class SecretRefusedError(ValidationError):
     """A fact that looks like a credential; secrets belong in the secret store."""
@@ -87,6 +109,15 @@ class ConflictError(PopagentError):
 
 class DatabaseError(PopagentError):
     """PostgreSQL could not be reached, started or migrated."""
+
+
+class DatabaseBusyError(DatabaseError):
+    """PostgreSQL answers, but every pooled connection stayed in use past the queue's
+    limits (too many callers waiting, or a wait longer than the queue timeout).
+
+    Nothing was done; retry shortly. Not an outage: ``DatabaseError`` itself says
+    that the server does not answer.
+    """
 
 
 class TurnFailedError(PopagentError):
@@ -178,3 +209,8 @@ class ServerError(ClientError):
 
 class DatabaseUnavailableError(ServerError, DatabaseError):
     """503 ``database_unavailable``: the server is up but cannot reach its database."""
+
+
+class ServerBusyError(DatabaseUnavailableError, DatabaseBusyError):
+    """503 ``database_busy``: the server's database connections are all in use past its
+    queue's limits; retry after the ``Retry-After`` it sent (a second or two)."""

@@ -21,7 +21,10 @@ Invariants:
   (``popagent.adapters.toolkit``); a run's LangGraph ``thread_id`` is the audit
   session and the session recorded on stored facts.
 - Sync ``invoke`` works from a thread other than the one running the event loop
-  that owns the backend (the loop running when the tools or retriever were made).
+  that owns the backend (a local backend's pool's loop; for a remote one, the
+  loop running when the tools or retriever were made); on that thread it raises
+  ``asyncio.InvalidStateError`` naming ``ainvoke``. ``ainvoke`` works on any
+  event loop.
 
 LangChain is an optional extra: ``pip install "popagent[langchain]"``.
 """
@@ -49,7 +52,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..agent.hooks import Hook
 from ..agent.tools import ToolOutcome
-from ..errors import PopagentError
+from ..errors import PopagentError, ValidationError
 from ..memory.longterm import LongTermMemory
 from ..models import RecallResult
 from .backend import MemoryBackend
@@ -92,10 +95,9 @@ def _tool(
     name: str, toolkit: MemoryToolkit, bridge: LoopBridge, schema: dict[str, Any]
 ) -> BaseTool:
     async def run(*, config: RunnableConfig, **arguments: Any) -> str:
-        bridge.note_running()
         # The model's arguments as sent: popagent checks them against its closed schema,
         # so an unknown one (``resource_id``) is a refusal, audited like any call.
-        outcome = await call_memory_tool(_for_run(toolkit, config), name, arguments)
+        outcome = await bridge.arun(call_memory_tool(_for_run(toolkit, config), name, arguments))
         return outcome.text
 
     def run_sync(*, config: RunnableConfig, **arguments: Any) -> str:
@@ -112,12 +114,12 @@ def _tool(
 
 def remember_tool(toolkit: MemoryToolkit, *, bridge: LoopBridge | None = None) -> BaseTool:
     """``remember(content, key?, importance?)`` as a LangChain ``StructuredTool``."""
-    return _tool("remember", toolkit, bridge or LoopBridge(), REMEMBER_PARAMETERS)
+    return _tool("remember", toolkit, bridge or LoopBridge.of(toolkit.backend), REMEMBER_PARAMETERS)
 
 
 def recall_tool(toolkit: MemoryToolkit, *, bridge: LoopBridge | None = None) -> BaseTool:
     """``recall(query, limit?)`` as a LangChain ``StructuredTool``: the labelled block as text."""
-    return _tool("recall", toolkit, bridge or LoopBridge(), RECALL_PARAMETERS)
+    return _tool("recall", toolkit, bridge or LoopBridge.of(toolkit.backend), RECALL_PARAMETERS)
 
 
 def memory_tools(
@@ -137,7 +139,7 @@ def memory_tools(
     toolkit = MemoryToolkit(
         as_backend(backend, resource_id, origin="langchain"), hooks=hooks, session_id=session_id
     )
-    bridge = LoopBridge()
+    bridge = LoopBridge.of(toolkit.backend)
     return [remember_tool(toolkit, bridge=bridge), recall_tool(toolkit, bridge=bridge)]
 
 
@@ -166,16 +168,21 @@ class PopagentRetriever(BaseRetriever):
     """A LangChain retriever over popagent's recall, for one resource.
 
     Returns the ``k`` best memories (facts and episodes), best first, as
-    :func:`document_of` makes them. Each query is hooked and audited like a tool
-    call named ``retrieve`` (no query text, no content). Build it with
-    :meth:`of` inside the event loop that owns the backend.
+    :func:`document_of` makes them; ``invoke(query, k=n)`` asks for ``n`` instead
+    (LangChain's retriever convention). Each query is hooked and audited like a
+    tool call named ``retrieve`` (no query text, no content). Build it with
+    :meth:`of`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     toolkit: MemoryToolkit
     k: int = Field(default=4, ge=1, le=RECALL_LIMIT_MAX)
-    _bridge: LoopBridge = PrivateAttr(default_factory=LoopBridge)
+    _bridge: LoopBridge = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Made now: for a remote backend, the loop running here owns its client.
+        self._bridge = LoopBridge.of(self.toolkit.backend)
 
     @classmethod
     def of(
@@ -194,29 +201,42 @@ class PopagentRetriever(BaseRetriever):
         return cls(toolkit=toolkit, k=k)
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
     ) -> list[Document]:
-        return await self._retrieve(query)
+        return await self._bridge.arun(self._retrieve(query, self._k(k)))
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        return self._bridge.run(self._retrieve(query), use="ainvoke")
+        return self._bridge.run(self._retrieve(query, self._k(k)), use="ainvoke")
 
-    async def _retrieve(self, query: str) -> list[Document]:
-        self._bridge.note_running()
+    def _k(self, k: int | None) -> int:
+        if k is None:
+            return self.k
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= RECALL_LIMIT_MAX:
+            raise ValidationError("k", f"must be an integer from 1 to {RECALL_LIMIT_MAX}")
+        return k
+
+    async def _retrieve(self, query: str, k: int) -> list[Document]:
         found: list[RecallResult] = []
         refused: list[PopagentError] = []
 
         async def work() -> ToolOutcome:
             try:
-                found.extend(await self.toolkit.backend.recall(query, limit=self.k))
+                found.extend(await self.toolkit.backend.recall(query, limit=k))
             except PopagentError as exc:
                 refused.append(exc)
                 raise
             return ToolOutcome.ok(f"{len(found)} documents")
 
-        await self.toolkit.call("retrieve", {"query": query}, self.toolkit.session_id, work())
+        arguments: dict[str, Any] = {"query": query}
+        if k != self.k:
+            arguments["k"] = k
+        await self.toolkit.call("retrieve", arguments, self.toolkit.session_id, work())
         if refused:
             # A refused query (empty, too long) is the caller's error, not an empty answer.
             raise refused[0]

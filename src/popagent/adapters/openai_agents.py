@@ -21,6 +21,13 @@ Invariants:
   ``remember`` refuses a fact holding one and says so to the model.
 - Every tool call is audited without content (``MemoryToolkit``): with a local
   backend the rows are in ``popagent_audit`` before the tool returns.
+- A session and the tools work from any event loop: the SDK's
+  ``Runner.run_sync`` in a worker thread, or threads that each run a loop of
+  their own while the loop that opened popagent waits for them. A local
+  session then uses a connection of its own for the call, opened and closed on
+  that loop (``popagent.store.database``), so nothing waits for the owner loop
+  and nothing is left behind on a loop that closes; a remote one runs the call
+  on the loop that owns its HTTP client when that loop is running.
 - The SDK is imported only by this module (``pip install "popagent[openai-agents]"``).
 """
 
@@ -33,7 +40,11 @@ from urllib.parse import quote
 
 try:
     from agents import FunctionTool, RunContextWrapper
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
         'popagent.adapters.openai_agents needs the OpenAI Agents SDK: pip install "popagent[openai-agents]"'
@@ -49,7 +60,7 @@ from ..store.database import Pool
 from ..threads.items import ITEM_BATCH_CAP, SessionItems
 from .backend import MemoryBackend
 from .tool_calls import RECALL_PARAMETERS, REMEMBER_PARAMETERS, TOOL_DESCRIPTIONS, call_memory_tool
-from .toolkit import MemoryToolkit, as_backend
+from .toolkit import LoopBridge, MemoryToolkit, as_backend
 
 if TYPE_CHECKING:
     from agents import TResponseInputItem
@@ -152,9 +163,11 @@ def _remote_error(response: httpx.Response) -> PopagentError:
 class PopagentSession:
     """The SDK's ``Session`` over one popagent session (see the module doc).
 
-    Make one with :meth:`local` or :meth:`remote`. ``session_settings.limit``
-    bounds what ``get_items()`` gives the runner (the newest items), as the
-    SDK's own sessions do.
+    Make one with :meth:`local` or :meth:`remote`. ``session_settings`` is
+    normalized as the SDK's own sessions do: a ``SessionSettings``, a dict of its
+    fields (another key is a ``TypeError``) or ``None`` (``SessionSettings()``).
+    Its ``limit`` bounds what ``get_items()`` gives the runner (the newest
+    items); a run's ``RunConfig(session_settings=...)`` overrides it.
     """
 
     def __init__(
@@ -162,13 +175,20 @@ class PopagentSession:
         session_id: str,
         items: _Items,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         owned: httpx.AsyncClient | None = None,
+        bridge: LoopBridge | None = None,
     ) -> None:
         self.session_id = check_id("session_id", session_id)
-        self.session_settings = session_settings
+        # Typed as the SDK's Session protocol has it; always a SessionSettings here.
+        self.session_settings: SessionSettings | None = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self._items = items
         self._owned = owned
+        self._bridge = bridge or LoopBridge()
 
     @classmethod
     def local(
@@ -177,7 +197,7 @@ class PopagentSession:
         memory: LongTermMemory | Pool,
         resource_id: str,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> PopagentSession:
         """A session in this process's database, for the resource ``resource_id``."""
         pool = memory.pool if isinstance(memory, LongTermMemory) else memory
@@ -185,6 +205,7 @@ class PopagentSession:
             session_id,
             _LocalItems(SessionItems(pool), resource_id),
             session_settings=session_settings,
+            bridge=LoopBridge(pool.loop, any_loop=True),
         )
 
     @classmethod
@@ -196,7 +217,7 @@ class PopagentSession:
         token: str | None = None,
         http: httpx.AsyncClient | None = None,
         timeout: float = 30.0,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> PopagentSession:
         """A session kept by the ``popagent serve`` at ``base_url`` (its resource).
 
@@ -226,21 +247,23 @@ class PopagentSession:
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
-        items = await self._items.get(self.session_id, limit)
+        items = await self._bridge.arun(self._items.get(self.session_id, limit))
         return cast("list[TResponseInputItem]", items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order (all or none of each batch), screened for credentials."""
         if items:
-            await self._items.add(self.session_id, [dict(cast("dict[str, Any]", i)) for i in items])
+            copies = [dict(cast("dict[str, Any]", i)) for i in items]
+            await self._bridge.arun(self._items.add(self.session_id, copies))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; ``None`` when there is none."""
-        return cast("TResponseInputItem | None", await self._items.pop(self.session_id))
+        item = await self._bridge.arun(self._items.pop(self.session_id))
+        return cast("TResponseInputItem | None", item)
 
     async def clear_session(self) -> None:
         """Remove every item; the popagent session itself (title, metadata) stays."""
-        await self._items.clear(self.session_id)
+        await self._bridge.arun(self._items.clear(self.session_id))
 
 
 def memory_tools(
@@ -262,9 +285,11 @@ def memory_tools(
         as_backend(backend, resource_id, origin="openai-agents"), hooks=hooks, session_id=session_id
     )
 
+    bridge = LoopBridge.of(toolkit.backend)
+
     def make(name: str, schema: dict[str, Any]) -> FunctionTool:
         async def invoke(ctx: RunContextWrapper[Any], arguments: str) -> str:
-            return (await call_memory_tool(toolkit, name, arguments)).text
+            return (await bridge.arun(call_memory_tool(toolkit, name, arguments))).text
 
         return FunctionTool(
             name=name,

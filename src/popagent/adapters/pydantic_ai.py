@@ -8,8 +8,9 @@ of the model's messages.
   relevant to the latest user prompt and puts popagent's labelled block
   (``popagent.memory.render.HEADER`` and the memories) as a system prompt in
   a request of its own at the very front of the messages. A block it put there
-  before (an earlier request, or a ``message_history`` from an earlier run) is
-  replaced, never stacked. :func:`memory_capabilities` gives both as capabilities.
+  before (an earlier request, or a ``message_history`` from an earlier run,
+  where Pydantic AI has merged it into the first user request) is removed
+  wherever it is: the model sees one block, this request's, never a stale one. :func:`memory_capabilities` gives both as capabilities.
 
 Invariants:
 - The resource is fixed by configuration (the backend's); the tools' schemas are
@@ -25,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 try:
@@ -42,7 +44,7 @@ from ..memory.render import HEADER
 from ..memory.validation import QUERY_CAP
 from .backend import MemoryBackend
 from .tool_calls import RECALL_PARAMETERS, REMEMBER_PARAMETERS, TOOL_DESCRIPTIONS, call_memory_tool
-from .toolkit import NO_MEMORIES, RECALL_LIMIT_DEFAULT, MemoryToolkit, as_backend
+from .toolkit import NO_MEMORIES, RECALL_LIMIT_DEFAULT, LoopBridge, MemoryToolkit, as_backend
 
 __all__ = ["RecallProcessor", "memory_capabilities", "memory_toolset"]
 
@@ -73,11 +75,13 @@ def memory_toolset(
     """
     toolkit = _toolkit(backend, resource_id, session_id, hooks)
 
+    bridge = LoopBridge.of(toolkit.backend)
+
     def make(name: str, schema: dict[str, Any]) -> Tool[Any]:
         # ``from_schema`` skips Pydantic's validation: the arguments are checked
         # against popagent's closed schema, which refuses unknown names.
         async def run(**arguments: Any) -> str:
-            return (await call_memory_tool(toolkit, name, arguments)).text
+            return (await bridge.arun(call_memory_tool(toolkit, name, arguments))).text
 
         return Tool.from_schema(run, name, TOOL_DESCRIPTIONS[name], schema)
 
@@ -86,14 +90,23 @@ def memory_toolset(
     )
 
 
-def _is_block(message: ModelMessage) -> bool:
-    return (
-        isinstance(message, ModelRequest)
-        and bool(message.parts)
-        and all(
-            isinstance(p, SystemPromptPart) and p.content.startswith(HEADER) for p in message.parts
-        )
-    )
+def _is_block_part(part: object) -> bool:
+    return isinstance(part, SystemPromptPart) and part.content.startswith(HEADER)
+
+
+def _without_blocks(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """``messages`` less every block an earlier request put there: Pydantic AI merges
+    consecutive requests, so a block may sit in the same request as a user prompt
+    (a ``message_history`` from an earlier run) or alone in one."""
+    kept: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest) and any(_is_block_part(p) for p in message.parts):
+            parts = [p for p in message.parts if not _is_block_part(p)]
+            if not parts:
+                continue
+            message = replace(message, parts=parts)
+        kept.append(message)
+    return kept
 
 
 def _latest_prompt(messages: Sequence[ModelMessage]) -> str | None:
@@ -129,7 +142,7 @@ class RecallProcessor:
         self.limit = limit
 
     async def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
-        kept = [m for m in messages if not _is_block(m)]
+        kept = _without_blocks(messages)
         prompt = _latest_prompt(kept)
         if not prompt or not prompt.strip():
             return kept

@@ -12,7 +12,8 @@ Invariants:
 - A refusal (bad input, a credential in a fact) is a result the model can read,
   never an exception: ``remember`` of a secret stores nothing and says why.
 - :class:`LoopBridge` runs the async backend from synchronous framework code on
-  the event loop that owns the backend's connections, from another thread only.
+  the event loop that owns the backend's connections, from another thread only;
+  async calls from another event loop run where the backend can serve them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "REMEMBER_DESCRIPTION",
     "LoopBridge",
     "MemoryToolkit",
+    "SyncCallOnLoopError",
     "as_backend",
 ]
 
@@ -94,23 +96,53 @@ def default_hooks(backend: MemoryBackend) -> list[Hook]:
     return []
 
 
-class LoopBridge:
-    """Runs coroutines on the event loop that owns a backend's connections.
+class SyncCallOnLoopError(asyncio.InvalidStateError, RuntimeError):
+    """A synchronous call on the thread running the backend's event loop, which it would
+    block: ``asyncio.InvalidStateError`` as LangGraph's stores raise it, and a
+    ``RuntimeError`` as popagent's adapters raised it before."""
 
-    ``loop`` defaults to the loop running when the bridge is made, else the first
-    one an async entry point reports (``note_running``). A synchronous
-    call from another thread (LangGraph runs sync nodes and tools in worker threads)
-    waits for the coroutine there; from the loop's own thread it would deadlock, so
-    it raises instead, naming the async method to use.
+
+class LoopBridge:
+    """Runs coroutines where a backend's connections can serve them.
+
+    ``loop`` is the event loop that owns the backend's connections: for a
+    :class:`LocalBackend` the loop its pool was opened on (:meth:`of`), else the
+    loop running when the bridge is made, else the first one an async entry
+    point reports (``note_running``).
+
+    - ``run`` (a synchronous call) from another thread waits for the coroutine
+      on that loop (LangGraph runs sync nodes and tools in worker threads); on
+      the loop's own thread it would deadlock, so it raises
+      :class:`SyncCallOnLoopError` (an ``asyncio.InvalidStateError``, as
+      LangGraph's own stores raise, and a ``RuntimeError``) naming the async
+      method to use.
+    - ``arun`` (an async call) on another event loop than the owner's: a local
+      backend serves it right there (its pool gives callers on other loops
+      connections of their own), so nothing waits for the owner loop, which
+      may be blocked waiting for this very thread; a remote backend's HTTP
+      client belongs to its loop, so the call runs there and is awaited here.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop | None = None, *, any_loop: bool = False
+    ) -> None:
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None
         self.loop = loop
+        #: Whether the backend serves callers on any event loop (a local one).
+        self.any_loop = any_loop
+
+    @classmethod
+    def of(
+        cls, backend: MemoryBackend, loop: asyncio.AbstractEventLoop | None = None
+    ) -> LoopBridge:
+        """The bridge for ``backend``: a local backend's loop is its pool's."""
+        if isinstance(backend, LocalBackend):
+            return cls(loop or backend.memory.pool.loop, any_loop=True)
+        return cls(loop)
 
     def note_running(self) -> None:
         """Adopt the running loop when the bridge has none yet (or its loop closed):
@@ -120,6 +152,8 @@ class LoopBridge:
                 self.loop = asyncio.get_running_loop()
 
     def run(self, coro: Coroutine[Any, Any, T], *, use: str) -> T:
+        """``coro``'s result, from synchronous code in a thread that is not running the
+        owner loop."""
         loop = self.loop
         if loop is None or loop.is_closed() or not loop.is_running():
             coro.close()
@@ -130,10 +164,25 @@ class LoopBridge:
             )
         if _on_loop(loop):
             coro.close()
-            raise RuntimeError(
-                f"a synchronous call on the event loop's own thread would block it; use {use}"
+            raise SyncCallOnLoopError(
+                "a synchronous call on the event loop's own thread would block it "
+                f"(and popagent's connections with it); use {use}"
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` where the backend can serve it (see the class doc)."""
+        self.note_running()
+        loop = self.loop
+        if (
+            self.any_loop
+            or loop is None
+            or _on_loop(loop)
+            or loop.is_closed()
+            or not loop.is_running()
+        ):
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
@@ -237,13 +286,17 @@ class MemoryToolkit:
         *,
         refuse: bool = True,
         drain: bool = True,
+        calls: list[str] | None = None,
     ) -> ToolOutcome:
         """Run ``work`` as the tool call ``tool(arguments)``, hooked and audited.
 
         Only the arguments' names and their JSON size reach the hooks. With
         ``refuse`` a ``PopagentError`` becomes a ``refused`` outcome the model reads;
         without it (a store operation) it is re-raised after the hooks saw it.
-        ``drain`` waits for the audit rows' commit before returning.
+        ``drain`` waits for this call's audit rows' commit before returning (and
+        only this call's, whatever other calls do meanwhile); without it the
+        call's id is appended to ``calls``, for the caller to drain a batch of
+        calls at once (``hooks.drain(calls)``).
         """
         start = ToolCallStart(
             call_id=new_call_id(),
@@ -286,7 +339,9 @@ class MemoryToolkit:
             )
             if drain:
                 # The audit rows are committed before the framework hears back.
-                await self.hooks.drain()
+                await self.hooks.drain([start.call_id])
+            elif calls is not None:
+                calls.append(start.call_id)
 
 
 class _Refusal(Exception):

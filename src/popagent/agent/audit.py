@@ -5,25 +5,39 @@ Invariants:
   counts, sizes, timing, outcome, an exception's class name), so memory
   content, recalled text, argument values, error messages and secrets never
   enter a row.
-- Cheap: a call's ``before_*`` row waits in memory and is written together
-  with its ``after_*`` row, in the background, in one transaction whose commit
-  does not wait for the WAL flush; ``drain()`` waits for the writes started so
-  far (the turn drains before it returns, so a finished turn's rows are there). The price: a process that dies mid-call leaves no row for
-  that call (a cancelled call still gets both, its outcome ``error``), and a
-  server crash may lose the last fraction of a second of audit rows, as it may
-  lose recall's access counts; never a message, memory or episode, whose
-  commits stay synchronous.
+- Cheap under any load: a call's ``before_*`` row waits in memory and is
+  written together with its ``after_*`` row, in the background. One writer
+  per event loop takes every call's rows queued so far and writes them in one
+  transaction whose commit does not wait for the WAL flush (a group commit):
+  a burst of calls costs a few transactions and one connection at a time, not
+  one of each per call.
+- ``drain(call_ids)`` waits for the rows of those calls only; ``drain()`` for
+  every row handed to the hook on this loop so far (the turn drains before it
+  returns, so a finished turn's rows are there). Either waits for at most the
+  batch being written and the one holding its rows, whatever others do
+  meanwhile.
+- Never dropped while the database answers: a batch that finds the pool busy
+  (``DatabaseBusyError``) is retried; a batch another error refuses is split
+  and written call by call, so one bad row costs only its own call's rows. The
+  price of writing in the background: rows are lost when the database is
+  away (``DatabaseError``), when the process dies mid-call (a cancelled call
+  still gets both rows, its outcome ``error``), and in a server crash, the
+  last fraction of a second (as recall's access counts may be); never a
+  message, memory or episode, whose commits stay synchronous.
 - Never fails a turn: a failed write is logged (the exception's class and
-  SQLSTATE, not its message, which can quote row values) and dropped.
+  SQLSTATE, not its message, which can quote row values), once per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections.abc import Collection
 from typing import Any
 
 from ..checks import check_id, check_limit
+from ..errors import DatabaseBusyError, DatabaseError
 from ..models import AuditRecord
 from ..threads import audit as audit_store
 from ..threads.turns import Pool
@@ -34,6 +48,13 @@ __all__ = ["AUDIT_LIST_CAP", "AuditHook", "AuditLog"]
 log = logging.getLogger(__name__)
 
 AUDIT_LIST_CAP = 10_000
+#: The most calls whose rows one transaction writes.
+BATCH_CALLS = 500
+#: Delays (seconds) before each retry of a batch that found the pool busy.
+BUSY_RETRY_DELAYS_S = (0.25, 1.0, 4.0)
+
+#: One call's rows waiting to be written: its id, its rows, and what its drain awaits.
+_Queued = tuple[str, list[dict[str, Any]], "asyncio.Future[None]"]
 
 
 def _model_row(start: ModelCallStart, end: ModelCallEnd | None) -> dict[str, Any]:
@@ -74,13 +95,29 @@ def _tool_row(start: ToolCallStart, end: ToolCallEnd | None) -> dict[str, Any]:
     }
 
 
+class _Writer:
+    """The rows waiting to be written on one event loop, and the task writing them."""
+
+    def __init__(self) -> None:
+        self.queue: list[_Queued] = []
+        self.by_call: dict[str, asyncio.Future[None]] = {}
+        self.last: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
 class AuditHook:
-    """A ``Hook`` that records every model and tool call in ``popagent_audit``."""
+    """A ``Hook`` that records every model and tool call in ``popagent_audit`` (module doc).
+
+    One hook may serve callers on several event loops (an adapter called from
+    threads that run loops of their own): each loop has its own writer.
+    """
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._pending: dict[str, dict[str, Any]] = {}
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Writer] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def before_model_call(self, event: ModelCallStart) -> None:
         self._pending[event.call_id] = _model_row(event, None)
@@ -94,31 +131,92 @@ class AuditHook:
     async def after_tool_call(self, event: ToolCallEnd) -> None:
         self._write(event.start.call_id, _tool_row(event.start, event))
 
-    async def drain(self) -> None:
-        """Wait until every row handed to this hook so far is written (or its failure logged)."""
-        while self._writes:
-            await asyncio.gather(*self._writes)
+    async def drain(self, call_ids: Collection[str] | None = None) -> None:
+        """Wait until the rows of ``call_ids`` (default: every row handed to this hook on
+        this event loop so far) are written, or their failure logged."""
+        writer = self._writers.get(asyncio.get_running_loop())
+        if writer is None:
+            return
+        if call_ids is None:
+            wanted = [] if writer.last is None else [writer.last]
+        else:
+            wanted = [writer.by_call[c] for c in call_ids if c in writer.by_call]
+        wanted = [f for f in wanted if not f.done()]
+        if wanted:
+            # ``wait``, not ``gather``: a cancelled drain must not cancel the write.
+            await asyncio.wait(wanted)
 
     def _write(self, call_id: str, after: dict[str, Any]) -> None:
         # In the background: the caller goes on (the next tool call, the turn's
         # last writes) while the rows are written; ``drain`` waits for them.
-        task = asyncio.ensure_future(self._flush(call_id, after))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-    async def _flush(self, call_id: str, after: dict[str, Any]) -> None:
         before = self._pending.pop(call_id, None)
         rows = [before, after] if before is not None else [after]
+        loop = asyncio.get_running_loop()
+        writer = self._writers.get(loop)
+        if writer is None:
+            writer = self._writers[loop] = _Writer()
+        done: asyncio.Future[None] = loop.create_future()
+        writer.queue.append((call_id, rows, done))
+        writer.by_call[call_id] = done
+        writer.last = done
+        if writer.task is None or writer.task.done():
+            writer.task = loop.create_task(self._run(writer))
+
+    async def _run(self, writer: _Writer) -> None:
+        """Write the queued calls' rows, a batch at a time, until the queue is empty."""
         try:
-            await audit_store.write_audit_rows(self._pool, rows)
-        except Exception as exc:
-            sqlstate = getattr(exc, "sqlstate", None)
-            log.warning(
-                "audit rows for %s were not written: %s%s",
-                after["hook"],
-                type(exc).__name__,
-                f" (SQLSTATE {sqlstate})" if sqlstate else "",
-            )
+            while writer.queue:
+                batch = writer.queue[:BATCH_CALLS]
+                del writer.queue[:BATCH_CALLS]
+                try:
+                    await self._flush(batch)
+                finally:
+                    _settle(writer, batch)
+        finally:
+            if writer.queue:  # cancelled (the loop is closing): nobody may wait forever
+                _log_lost(writer.queue, "CancelledError")
+                _settle(writer, writer.queue)
+                writer.queue.clear()
+
+    async def _flush(self, batch: list[_Queued]) -> None:
+        rows = [row for _call, call_rows, _done in batch for row in call_rows]
+        for delay in (*BUSY_RETRY_DELAYS_S, None):
+            try:
+                await audit_store.write_audit_rows(self._pool, rows)
+                return
+            except DatabaseBusyError as exc:
+                if delay is None:
+                    _log_lost(batch, type(exc).__name__)
+                    return
+                await asyncio.sleep(delay)
+            except DatabaseError as exc:  # the database is away: these rows are lost
+                _log_lost(batch, type(exc).__name__)
+                return
+            except Exception as exc:
+                if len(batch) > 1:  # one call's bad row must not cost the others theirs
+                    for one in batch:
+                        await self._flush([one])
+                    return
+                _log_lost(batch, type(exc).__name__, getattr(exc, "sqlstate", None))
+                return
+
+
+def _settle(writer: _Writer, batch: list[_Queued]) -> None:
+    for call_id, _rows, done in batch:
+        if writer.by_call.get(call_id) is done:
+            del writer.by_call[call_id]
+        if not done.done():
+            done.set_result(None)
+
+
+def _log_lost(batch: list[_Queued], error: str, sqlstate: str | None = None) -> None:
+    for _call_id, rows, _done in batch:
+        log.warning(
+            "audit rows for %s were not written: %s%s",
+            rows[-1]["hook"],
+            error,
+            f" (SQLSTATE {sqlstate})" if sqlstate else "",
+        )
 
 
 class AuditLog:

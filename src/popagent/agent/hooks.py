@@ -17,10 +17,11 @@ Invariants:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -110,9 +111,11 @@ class ToolCallEnd:
 class Hook(Protocol):
     """Called before and after every model call and tool call (see module doc).
 
-    A hook may also define ``async def drain(self) -> None`` when it works in the
-    background (``AuditHook`` writes its rows so); the turn awaits it before it
-    returns.
+    A hook may also define ``async def drain(self, call_ids=None) -> None`` when
+    it works in the background (``AuditHook`` writes its rows so): it waits for
+    the work of the calls ``call_ids`` name, or of every call so far when it is
+    ``None``. The turn awaits it before it returns; a ``drain`` that takes no
+    argument is always awaited whole.
     """
 
     async def before_model_call(self, event: ModelCallStart) -> None: ...
@@ -161,16 +164,27 @@ class HookSet:
             except Exception as exc:
                 _log_failure(hook, "after_tool_call", exc)
 
-    async def drain(self) -> None:
-        """Wait for work hooks do in the background (a hook's optional ``drain()``)."""
+    async def drain(self, call_ids: Collection[str] | None = None) -> None:
+        """Wait for work hooks do in the background (a hook's optional ``drain()``): that of
+        the calls ``call_ids`` names, or of every call so far (``None``)."""
         for hook in self.hooks:
             drain = getattr(hook, "drain", None)
             if drain is None:
                 continue
             try:
-                await drain()
+                if call_ids is not None and _takes_an_argument(drain):
+                    await drain(call_ids)
+                else:
+                    await drain()
             except Exception as exc:
                 _log_failure(hook, "drain", exc)
+
+
+def _takes_an_argument(method: object) -> bool:
+    try:
+        return bool(inspect.signature(method).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _log_failure(hook: Hook, where: str, exc: Exception) -> None:

@@ -21,15 +21,14 @@ from ..store.backup import (
     BackupError,
     BackupReport,
     backup_database,
-    check_restorable,
     check_target,
     inspect_archive,
     other_clients,
-    restore_database,
 )
 from ..store.database import resolve_url
 from ..store.embedded import EmbeddedServer, check_data_dir, default_data_dir
 from ..store.migrate import load_migrations
+from ..store.restore import check_restorable, restore_database
 from .common import Settings, exit_codes
 
 __all__ = ["backup_command", "restore_command"]
@@ -125,6 +124,18 @@ def restore_command(ctx: click.Context, file: Path, yes: bool, force: bool) -> N
     Every popagent table is dropped and recreated with the backup's rows;
     on any error nothing changes. Stop `popagent serve` (and chat, mcp) on
     this database first; secrets need the key they were sealed with.
+
+    What is checked: every entry that `pg_restore --list FILE` shows must be
+    one of popagent's tables, their rows, or a sequence, index, constraint,
+    function, trigger or extension that popagent's own migrations create,
+    and every line of the backup's data must be a row or a sequence position;
+    anything else is refused, naming it, before anything runs. The restore
+    never runs the backup's SQL: the schema comes from popagent's own
+    migrations, and the rows are loaded by a database role that cannot run
+    programs on the server or read or write its files.
+
+    A backup's rows become your memory, settings and secrets: restore only
+    files that come from a trusted place (your own backups).
     """
     settings: Settings = ctx.obj
     with exit_codes():

@@ -112,6 +112,8 @@ def chat_command(
                     )
                 )
             )
+            runner.run(memory.warm_up())  # not in the first turn
+            memory.watch_vectors(settings.resource_id)
             model = runner.run(stack.enter_async_context(OpenAIChatModel(model_settings)))
             secrets = None if cipher is None else SecretStore(memory.pool, cipher)
             # Background buffering runs while turns run (the loop is idle while the

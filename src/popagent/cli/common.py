@@ -17,18 +17,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import platformdirs
 
-from ..connection import connect
 from ..defaults import DEFAULT_RESOURCE
-from ..embed import configured_embedder
 from ..errors import PopagentError, ValidationError
-from ..memory.longterm import LongTermMemory
-from ..models import Memory, Message, Session
-from ..secrets import SecretCipher, load_cipher
+
+if TYPE_CHECKING:
+    from ..memory.longterm import LongTermMemory
+    from ..models import Memory, Message, Session
+    from ..secrets import SecretCipher
 
 __all__ = [
     "DEFAULT_RESOURCE",
@@ -40,6 +40,7 @@ __all__ = [
     "message_lines",
     "one_line",
     "parse_when",
+    "plural",
     "print_memories",
     "run",
     "secret_cipher",
@@ -52,11 +53,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The group's options, passed to every command as ``ctx.obj``."""
+    """The group's options, passed to every command as ``ctx.obj``.
+
+    ``resource_given``: the resource came from ``--resource-id`` (before or after
+    the command) or ``POPAGENT_RESOURCE_ID``, not from the default;
+    ``resource_on_command_line``: from ``--resource-id`` itself.
+    """
 
     database_url: str | None
     data_dir: str | None
     resource_id: str
+    resource_given: bool = False
+    resource_on_command_line: bool = False
 
 
 @contextmanager
@@ -72,6 +80,10 @@ def exit_codes() -> Iterator[None]:
 
 def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]]) -> T:
     """Open the database, run ``action(memory, resource_id)``, map errors to exit codes."""
+    # Imported here, not at the top: ``popagent --help`` must not pay for them.
+    from ..connection import connect
+    from ..embed import configured_embedder
+
     settings: Settings = ctx.obj
 
     async def main() -> T:
@@ -96,10 +108,17 @@ def default_key_file() -> Path:
 def secret_cipher() -> SecretCipher:
     """The configured secret key: ``POPAGENT_SECRET_KEY``, ``POPAGENT_SECRET_KEY_FILE``,
     else ``default_key_file()``, created on first use. Raises ``SecretKeyError``."""
+    from ..secrets import load_cipher
+
     return load_cipher(default_key_file=default_key_file())
 
 
 # --- output -------------------------------------------------------------------------------
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 fact``, ``3 facts`` (``nouns``: the plural when it is not ``noun + "s"``)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def emit_json(value: Any) -> None:

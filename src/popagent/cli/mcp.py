@@ -149,6 +149,10 @@ async def _serve_until_done(
         max_size=pool_size,
         embedder=configured_embedder(),
     ) as memory:
+        # The model loads now, not in the first recall; memories stored without
+        # vectors (by any process) get them in the background meanwhile.
+        await memory.warm_up()
+        memory.watch_vectors(resource_id)
         server = MemoryServer(memory, resource_id)
         if sock is None:
             _note(f"serving resource {resource_id!r} over stdio")
@@ -157,7 +161,7 @@ async def _serve_until_done(
             return
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        auth = "bearer token required" if token else "no token (loopback only)"
+        auth = "bearer token required" if token else "no token: loopback only"
         _note(
             f"serving resource {resource_id!r} over streamable HTTP at "
             f"http://{shown}:{port}{MCP_PATH} ({auth})"

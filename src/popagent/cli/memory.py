@@ -8,23 +8,28 @@ with ``facts restore``.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import NotFoundError
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
-from ..models import FactVersion, Memory, MemoryFilter, Provenance, RecallResult
+from ..models import FactVersion, Memory, MemoryFilter, Provenance
 from .common import (
     Settings,
     emit_json,
     memory_line,
     one_line,
     parse_when,
+    plural,
     print_memories,
     run,
     when,
 )
+
+if TYPE_CHECKING:
+    from ..memory.recall_report import RecallReport
 
 __all__ = ["cleanup", "episodes", "facts", "maintain", "recall", "remember"]
 
@@ -103,13 +108,25 @@ def remember(
 def recall(
     ctx: click.Context, query: str, limit: int, as_json: bool, explain: bool, budget: int
 ) -> None:
-    """Recall the memories most relevant to QUERY and print the labelled block."""
-    results: list[RecallResult] = run(ctx, lambda m, r: m.recall(r, query, limit=limit))
+    """Recall the memories most relevant to QUERY and print the labelled block.
+
+    Memories stored since the last command may still lack their vectors (the
+    server writes them in the background): up to 256 are written here first."""
+    report: RecallReport = run(ctx, lambda m, r: _recall_caught_up(m, r, query, limit))
+    results = report.results
     block = render(results, budget=budget)
+    if report.pending:
+        click.echo(
+            f"note: {report.pending:,} memories wait for their vectors and are found by "
+            "their words only; `popagent serve` writes them in the background, "
+            "`popagent embed` now",
+            err=True,
+        )
     if as_json:
-        emit_json({"results": [r.to_json() for r in results], "rendered": block})
+        emit_json({"results": [r.to_json() for r in results], "rendered": block} | report.to_json())
         return
     if explain:
+        click.echo(f"mode: {report.reason}")
         for rank, res in enumerate(results, 1):
             parts = "  ".join(f"{c.name}={c.value:.3f}*{c.weight:g}" for c in res.components)
             click.echo(f"#{rank} score={res.score:.3f}  {parts}")
@@ -117,6 +134,23 @@ def recall(
             click.echo(f"   {provenance_line(res.memory)}")
         click.echo()
     click.echo(block if block else "No relevant long-term memories.")
+
+
+#: A ``recall`` writes the resource's pending vectors itself first when there are at
+#: most this many (a command lives too short for the background worker), waiting
+#: at most ``CATCH_UP_S``; a longer backlog is left to ``serve`` or ``embed``.
+CATCH_UP_MAX = 256
+CATCH_UP_S = 30.0
+
+
+async def _recall_caught_up(
+    memory: LongTermMemory, resource_id: str, query: str, limit: int
+) -> RecallReport:
+    if memory.embedder is not None:
+        pending = await memory.pending_vectors(resource_id, cap=CATCH_UP_MAX + 1)
+        if 0 < pending <= CATCH_UP_MAX:
+            await memory.wait_for_vectors(resource_id, timeout=CATCH_UP_S)
+    return await memory.recall_report(resource_id, query, limit=limit)
 
 
 def provenance_line(m: Memory) -> str:
@@ -170,10 +204,11 @@ def facts_list(
 
 
 @facts.command("show")
-@click.argument("id", type=click.IntRange(1, ID_MAX))
+@click.argument("fact")
 @click.pass_context
-def facts_show(ctx: click.Context, id: int) -> None:
-    emit_json(run(ctx, lambda m, r: m.get(r, id, kind="fact")).to_json())
+def facts_show(ctx: click.Context, fact: str) -> None:
+    """Print FACT (an id, or a current fact's key) as JSON."""
+    emit_json(run(ctx, lambda m, r: _current(m, r, fact)).to_json())
 
 
 @facts.command("add")
@@ -260,26 +295,46 @@ def facts_delete(ctx: click.Context, id: int, purge: bool) -> None:
     click.echo(f"deleted fact {id}" + (" and its history" if purge else ""))
 
 
+def _as_id(fact: str) -> int | None:
+    """``fact`` as a fact id when it is one (digits only, in range); else it is a key."""
+    # At most 19 digits: ids are bigints, and int() refuses very long digit strings.
+    digits = fact.isascii() and fact.isdigit() and len(fact) <= len(str(ID_MAX))
+    return int(fact) if digits and 1 <= int(fact) <= ID_MAX else None
+
+
+async def _by_key(memory: LongTermMemory, resource_id: str, key: str) -> Memory:
+    found = await memory.list(resource_id, MemoryFilter(kind="fact", key=key, limit=1))
+    if not found:
+        raise NotFoundError(
+            f"no fact with key {key!r} in this resource "
+            "(a deleted fact is found by its id, with `facts history ID`)"
+        )
+    return found[0]
+
+
+async def _current(memory: LongTermMemory, resource_id: str, fact: str) -> Memory:
+    """The current value of ``fact``, an id or a key."""
+    fact_id = _as_id(fact)
+    if fact_id is None:
+        return await _by_key(memory, resource_id, fact)
+    return await memory.get(resource_id, fact_id, kind="fact")
+
+
 async def _history(
     memory: LongTermMemory, resource_id: str, fact: str
 ) -> tuple[Memory | None, list[FactVersion]]:
     """The current value (``None`` when deleted or expired) and earlier values of ``fact``,
     an id or a key."""
-    if fact.isascii() and fact.isdigit() and 1 <= int(fact) <= ID_MAX:
-        fact_id = int(fact)
-        current: Memory | None
+    fact_id = _as_id(fact)
+    current: Memory | None
+    if fact_id is not None:
         try:
             current = await memory.get(resource_id, fact_id, kind="fact")
         except NotFoundError:
             current = None  # its history may still hold it
     else:
-        found = await memory.list(resource_id, MemoryFilter(kind="fact", key=fact, limit=1))
-        if not found:
-            raise NotFoundError(
-                f"no fact with key {fact!r} in this resource "
-                "(the history of a deleted fact is found by its id)"
-            )
-        current, fact_id = found[0], found[0].id
+        current = await _by_key(memory, resource_id, fact)
+        fact_id = current.id
     return current, await memory.fact_history(resource_id, fact_id)
 
 
@@ -381,7 +436,7 @@ def cleanup(ctx: click.Context, kind: str | None, older_than: str | None, yes: b
     if not yes and not click.confirm(f"Delete all {what} of resource {settings.resource_id!r}?"):
         raise click.Abort()
     deleted = run(ctx, lambda m, r: m.cleanup(r, kind=kind, older_than=cutoff))  # type: ignore[arg-type]
-    click.echo(f"deleted {deleted} memories")
+    click.echo(f"deleted {plural(deleted, 'memory', 'memories')}")
 
 
 @click.command()
@@ -391,6 +446,7 @@ def maintain(ctx: click.Context) -> None:
     facts past their expiry (their last value stays in their history)."""
     report = run(ctx, lambda m, _r: m.maintain())
     click.echo(
-        f"deleted {report.expired_episodes} expired and {report.capped_episodes} over-cap "
-        f"episodes, {report.expired_facts} expired facts"
+        f"deleted {report.expired_episodes:,} expired and "
+        f"{plural(report.capped_episodes, 'over-cap episode')}, "
+        f"{plural(report.expired_facts, 'expired fact')}"
     )

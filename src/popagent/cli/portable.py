@@ -3,7 +3,9 @@
 ``export`` writes to ``-o FILE`` (through a temporary file renamed at the end,
 so a failed export leaves no partial file) or to standard output; its counts
 go to standard error. ``import`` reads a popagent export or, with ``--from
-mem0``, a Mem0 JSON document; ``-`` reads standard input. The format is
+mem0``, a Mem0 JSON document; ``-`` reads standard input. Either is read as
+it goes (a line, or a memory, at a time), never whole, so memory stays flat
+whatever the file's size. The format is
 docs/export-format.md. Bad input exits with 2 naming the line and field, a
 conflict with 1; either way nothing is written.
 """
@@ -15,24 +17,24 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 import click
 
 from ..memory.longterm import LongTermMemory
+from ..offload import stop_processes, use_processes
 from ..portable import ImportReport, export_resource, import_mem0, import_resource
-from .common import Settings, emit_json, run
+from .common import Settings, emit_json, plural, run
 
 __all__ = ["export_command", "import_command"]
 
 
 def _counts_line(counts: dict[str, int]) -> str:
-    shown = [f"{n} {t}" for t, n in counts.items() if n]
+    shown = [plural(n, t) for t, n in counts.items() if n]
     return ", ".join(shown) if shown else "nothing but the header"
 
 
 @click.command("export")
-@click.option("--resource", help="The resource to export; default: the group's --resource-id.")
 @click.option(
     "--include-secrets",
     is_flag=True,
@@ -42,12 +44,11 @@ def _counts_line(counts: dict[str, int]) -> str:
     "-o", "--output", default="-", show_default=True, help="The file to write; - is stdout."
 )
 @click.pass_context
-def export_command(
-    ctx: click.Context, resource: str | None, include_secrets: bool, output: str
-) -> None:
-    """Export one resource as JSON Lines (embeddings excluded: `popagent embed` remakes them)."""
+def export_command(ctx: click.Context, include_secrets: bool, output: str) -> None:
+    """Export the resource (--resource-id) as JSON Lines (embeddings excluded: `popagent
+    embed` remakes them)."""
     settings: Settings = ctx.obj
-    resource_id = resource if resource is not None else settings.resource_id
+    resource_id = settings.resource_id
     if output == "-":
 
         async def to_stdout(memory: LongTermMemory, _r: str) -> dict[str, int]:
@@ -92,12 +93,7 @@ def _report_lines(report: ImportReport) -> list[str]:
 
 
 @click.command("import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option(
-    "--resource",
-    help="The resource to import into; default: the group's --resource-id when given, "
-    "else the file's (popagent) or each memory's user_id (mem0).",
-)
+@click.argument("file", type=click.File("rb"))
 @click.option(
     "--from",
     "source",
@@ -111,29 +107,35 @@ def _report_lines(report: ImportReport) -> list[str]:
 @click.pass_context
 def import_command(
     ctx: click.Context,
-    file: TextIO,
-    resource: str | None,
+    file: BinaryIO,
     source: str,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Import FILE (a popagent export, or Mem0's memories) idempotently, in one transaction."""
-    text = file.read()
-    if resource is None and ctx.parent is not None:
-        # The group's --resource-id (or POPAGENT_RESOURCE_ID) counts when given; its
-        # default does not, so that a file goes back to its own resource.
-        given = ctx.parent.get_parameter_source("resource_id")
-        if given not in (None, click.core.ParameterSource.DEFAULT):
-            resource = ctx.obj.resource_id
+    """Import FILE (a popagent export, or Mem0's memories) idempotently, in one transaction.
+
+    Into the resource given with --resource-id (or POPAGENT_RESOURCE_ID); without
+    one, into the file's own resource (popagent) or each memory's user_id (mem0).
+    """
+    settings: Settings = ctx.obj
+    # The default resource does not count, so that a file goes back to its own resource.
+    resource = settings.resource_id if settings.resource_given else None
 
     async def load(memory: LongTermMemory, _r: str) -> ImportReport:
+        # Read as it goes (a line, or a Mem0 memory, at a time), never whole.
         if source == "mem0":
-            return await import_mem0(memory.pool, text, resource_id=resource, dry_run=dry_run)
-        return await import_resource(
-            memory.pool, text.splitlines(), resource_id=resource, dry_run=dry_run
-        )
+            return await import_mem0(memory.pool, file, resource_id=resource, dry_run=dry_run)
+        return await import_resource(memory.pool, file, resource_id=resource, dry_run=dry_run)
 
-    report = run(ctx, load)
+    # The lines are checked in worker processes where there are CPUs to spare (on a
+    # small machine the database needs them); they start only for a large file.
+    workers = min(8, (os.cpu_count() or 1) - 2)
+    if workers >= 2:
+        use_processes(workers)
+    try:
+        report = run(ctx, load)
+    finally:
+        stop_processes()
     if as_json:
         emit_json(report.to_json())
         return
@@ -142,4 +144,7 @@ def import_command(
     for line in _report_lines(report):
         click.echo(line)
     if not dry_run and report.total("added"):
-        click.echo("run `popagent embed` to make the new memories' embeddings")
+        click.echo(
+            "the new memories wait for their vectors (semantic recall): a running "
+            "`popagent serve` writes them in the background, `popagent embed` now"
+        )

@@ -8,9 +8,14 @@ names on a loopback bind, else the bind address, plus every ``--allowed-host``
 gracefully on Ctrl-C or SIGTERM: running turns finish, the schedule stops, and
 an embedded PostgreSQL is shut down cleanly.
 
-Once serving starts, every line on stderr is one JSON object (``web.logs``),
-this command's own notices included; a startup failure is one such line
-(``startup failed: ...``, no traceback) and a non-zero exit.
+A port another program holds is refused first, in one plain sentence (exit 1).
+While it starts, plain progress lines go to stdout (``cli.startup``): the
+database being started (its cluster made on the first run) and migrated, the
+chat model and the embedder; ``popagent serve: ready at URL`` follows once the
+server answers HTTP, never before. Once serving starts, every line on stderr
+is one JSON object (``web.logs``), this command's own notices included; a
+startup failure is one such line (``startup failed: ...``, no traceback) and a
+non-zero exit.
 """
 
 from __future__ import annotations
@@ -18,17 +23,19 @@ from __future__ import annotations
 import ipaddress
 import logging
 import logging.config
+from urllib.parse import urlsplit
 
 import click
 
 from ..access import load_token, parse_allowed_hosts, require_token_for
 from ..defaults import ALLOWED_HOSTS_ENV, DEFAULT_HOST, DEFAULT_PORT, TOKEN_FILE_ENV, WORKERS_ENV
-from ..embed import configured_embedder
-from ..errors import PopagentError, SecretKeyError
+from ..embed import Embedder, configured_embedder
+from ..errors import PopagentError, SecretKeyError, ValidationError
 from ..secrets import SecretCipher
 from ..web.config import ServerConfig
 from ..web.middleware import startup_failure
 from .common import Settings, exit_codes, secret_cipher
+from .startup import check_port, describe_database, say, when_ready
 
 __all__ = ["serve_command"]
 
@@ -104,6 +111,10 @@ def serve_command(
         require_token_for(host, token)
         allowed = parse_allowed_hosts(allowed_hosts)
         embedder = configured_embedder()
+    check_port(host, port)
+    say(f"resource {settings.resource_id!r}, {workers} worker{'' if workers == 1 else 's'}")
+    say(_model_line())
+    say(_embedder_line(embedder))
     # From here on stderr is JSON lines only: ours, uvicorn's and every library's.
     logging.config.dictConfig(logging_config(log_level))
     logging.captureWarnings(True)
@@ -137,6 +148,7 @@ def serve_command(
         "server_header": False,
         "timeout_graceful_shutdown": 30,
     }
+    step = describe_database(settings.database_url, settings.data_dir)
     if workers == 1:
         app = create_app(
             config,
@@ -145,13 +157,16 @@ def serve_command(
             data_dir=settings.data_dir,
             embedder=embedder,
         )
-        _announce(settings.resource_id, url, workers)
+        say(step + "...")  # in the app's startup, which uvicorn runs next
+        _when_ready(settings.resource_id, host, port, url, workers)
         uvicorn.run(app, **served)  # type: ignore[arg-type]
         return
     try:
+        say(step + "...")
         with parent_cluster(settings.database_url, settings.data_dir) as database_url:
             worker_environment(config, database_url=database_url, log_level=log_level)
-            _announce(settings.resource_id, url, workers)
+            say(f"database ready; starting {workers} server processes...")
+            _when_ready(settings.resource_id, host, port, url, workers)
             uvicorn.run(
                 "popagent.cli.workers:create_worker_app",
                 factory=True,
@@ -167,15 +182,48 @@ def serve_command(
         raise SystemExit(1) from exc
 
 
-def _announce(resource_id: str, url: str, workers: int) -> None:
-    log.info(
-        "popagent serve: resource %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
-        resource_id,
-        url,
-        workers,
-        "" if workers == 1 else "s",
-        extra={"resource_id": resource_id, "url": url, "workers": workers},
-    )
+def _when_ready(resource_id: str, host: str, port: int, url: str, workers: int) -> None:
+    """Say the URL (and log it) once the server answers; port 0 has no URL to say."""
+    if port == 0:
+        return
+
+    def ready() -> None:
+        log.info(
+            "popagent serve: resource %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
+            resource_id,
+            url,
+            workers,
+            "" if workers == 1 else "s",
+            extra={"resource_id": resource_id, "url": url, "workers": workers},
+        )
+        say(f"ready at {url} (the web GUI and the API; Ctrl-C stops)")
+
+    when_ready(host, port, ready)
+
+
+def _model_line() -> str:
+    """The chat model as configured (the server opens it at startup)."""
+    from ..llm import ModelSettings
+
+    try:
+        model = ModelSettings.from_env()
+    except ValidationError as exc:
+        return f"chat model misconfigured ({exc}); chat will answer 503"
+    if model is None:
+        return (
+            "chat: no model configured (set POPAGENT_MODEL, and POPAGENT_MODEL_BASE_URL for "
+            "a local server); memory, recall and the GUI work without one"
+        )
+    parts = urlsplit(model.base_url)
+    where = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no user:password
+    return f"chat model {model.model} at {where}"
+
+
+def _embedder_line(embedder: Embedder | None) -> str:
+    if embedder is None:
+        return "recall: by words only (no embedding model; POPAGENT_EMBEDDER chooses one)"
+    name = getattr(embedder, "model", None) or type(embedder).__name__
+    return f"recall: by words and meaning; the embedding model {name} loads during startup"
 
 
 def _is_wildcard(host: str) -> bool:

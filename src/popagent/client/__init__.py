@@ -30,6 +30,7 @@ from .calls import UNSET, Unset
 from .errors import (
     ClientError,
     DatabaseUnavailableError,
+    ServerBusyError,
     ServerError,
     TransportError,
     UnauthorizedError,
@@ -83,6 +84,7 @@ __all__ = [
     "RecallPreview",
     "RemoteBackend",
     "RevertReport",
+    "ServerBusyError",
     "ServerError",
     "ServerInfo",
     "SessionItem",

@@ -47,6 +47,7 @@ _STREAM_STATUS = {
     "validation_error": 422,
     "model_failed": 502,
     "database_unavailable": 503,
+    "database_busy": 503,
 }
 
 

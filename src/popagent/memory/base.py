@@ -1,23 +1,33 @@
 """What every part of the long-term memory service shares: the pool, the ranking
-weights and the embedder, and writing a memory's vectors.
+weights, the embedder and its vector worker.
 
 ``LongTermMemory`` is assembled from this base and the mixins beside it
 (``history.FactHistory``); each holds no state of its own.
+
+Writes never embed: a memory's vectors are written after it commits, by the
+vector worker (``memory.vector_worker``), which every write notifies. The
+methods here let a caller wait for them (``wait_for_vectors``), count them
+(``pending_vectors``), load the model ahead of the first recall (``warm_up``)
+and stop the worker (``aclose``, which ``popagent.connect`` calls).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
 
-from ..embed.protocol import Embedder, Vectors
-from ..errors import ValidationError
-from ..models import Memory
-from ..store import vectors as vector_store
-from ..store.database import Conn, Pool
+from ..embed.health import ModelHealth, model_health, record_failure, record_success
+from ..embed.protocol import Embedder
+from ..errors import EmbeddingError, ValidationError
+from ..store import pending as pending_sql
+from ..store.database import Pool
 from .ranking import DEFAULT_WEIGHTS, RankingWeights
-from .semantic import embed_or_none, vector_rows
+from .validation import check_id
+from .vector_worker import VectorProgress, VectorWorker
 
-__all__ = ["MemoryBase", "check_memory_id"]
+__all__ = ["DEFAULT_VECTOR_WAIT_S", "MemoryBase", "check_memory_id"]
+
+#: How long ``wait_for_vectors`` waits by default.
+DEFAULT_VECTOR_WAIT_S = 60.0
 
 
 def check_memory_id(value: object, field: str = "id") -> int:
@@ -27,7 +37,7 @@ def check_memory_id(value: object, field: str = "id") -> int:
 
 
 class MemoryBase:
-    """The pool, weights and embedder of one long-term memory service."""
+    """The pool, weights, embedder and vector worker of one long-term memory service."""
 
     def __init__(
         self,
@@ -39,6 +49,7 @@ class MemoryBase:
         self._pool = pool
         self.weights = weights
         self._embedder = embedder
+        self._worker = VectorWorker(pool, embedder) if embedder is not None else None
 
     @property
     def pool(self) -> Pool:
@@ -49,20 +60,81 @@ class MemoryBase:
         """The embedding model of semantic recall; ``None``: lexical recall only."""
         return self._embedder
 
-    async def _vectors(self, contents: Sequence[str]) -> list[list[Vectors]] | None:
-        if self._embedder is None or not contents:
-            return None
-        return await embed_or_none(self._embedder, contents)
+    def _vectors_pending(self, resource_id: str) -> None:
+        """A memory of ``resource_id`` was written: have the worker look soon."""
+        if self._worker is not None:
+            self._worker.notify(resource_id)
 
-    async def _write_vectors(
-        self, conn: Conn, memory: Memory, chunks: list[Vectors] | None
-    ) -> None:
-        if self._embedder is None or not chunks:
-            return
-        await vector_store.write_vectors(
-            conn,
-            memory.resource_id,
-            self._embedder.model,
-            self._embedder.dimensions,
-            vector_rows(memory.id, memory.content_sha256, chunks),
+    # ``timeout`` is not asyncio's: on timeout the call returns a count, it does not raise.
+    async def wait_for_vectors(
+        self,
+        resource_id: str,
+        *,
+        timeout: float = DEFAULT_VECTOR_WAIT_S,  # noqa: ASYNC109
+    ) -> int:
+        """Wait until every memory of ``resource_id`` has its vectors; how many still
+        lack them when it returns (0: all written).
+
+        Vectors are written after a write commits, in the background; this call
+        writes them here too (beside any other process's worker) and returns once
+        none is pending, or after ``timeout`` seconds (plus at most one batch),
+        or at once when the model fails. Benchmarks, imports and tests call it
+        before a recall that must see every vector. Without an embedder there is
+        nothing to wait for: it returns 0.
+        """
+        resource_id = check_id("resource_id", resource_id)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+            raise ValidationError("timeout", "must be a number of seconds >= 0")
+        if self._worker is None:
+            return 0
+        return await self._worker.wait(
+            resource_id, float(timeout) if math.isfinite(timeout) else 1e9
         )
+
+    async def pending_vectors(self, resource_id: str, *, cap: int = 1_000_000) -> int:
+        """How many memories of ``resource_id`` still wait for their vectors (counted
+        up to ``cap``)."""
+        resource_id = check_id("resource_id", resource_id)
+        async with self._pool.connection() as conn:
+            return await pending_sql.count_pending(conn, resource_id, cap=cap)
+
+    def watch_vectors(self, resource_id: str) -> None:
+        """Have the worker look for ``resource_id``'s pending vectors now and every half
+        second while it lives (a server watches its resource: memories written by other
+        processes get their vectors within about a second)."""
+        resource_id = check_id("resource_id", resource_id)
+        if self._worker is not None:
+            self._worker.watch(resource_id)
+
+    def unwatch_vectors(self, resource_id: str) -> None:
+        """Stop ``watch_vectors``: the resource is looked at again only after a write."""
+        if self._worker is not None:
+            self._worker.unwatch(resource_id)
+
+    def vector_progress(self, resource_id: str) -> VectorProgress | None:
+        """What this process's worker did for ``resource_id`` (``None`` without an embedder)."""
+        return self._worker.progress(resource_id) if self._worker is not None else None
+
+    def model_health(self) -> ModelHealth | None:
+        """Whether the embedding model works in this process (``None`` without one)."""
+        return model_health(self._embedder)
+
+    async def warm_up(self) -> bool:
+        """Load the embedding model now (a server does at start, so that no request pays
+        for it); whether it works. A model that fails is reported once and recall stays
+        lexical; this never raises. Without an embedder: ``False``."""
+        if self._embedder is None:
+            return False
+        try:
+            await self._embedder.embed(["warm up"], kind="query")
+        except EmbeddingError as exc:
+            record_failure(self._embedder.model, exc)
+            return False
+        record_success(self._embedder.model)
+        return True
+
+    async def aclose(self) -> None:
+        """Stop the background vector worker (``connect`` does on exit). Rows it had not
+        written yet stay pending for the next process; nothing is lost."""
+        if self._worker is not None:
+            await self._worker.aclose()

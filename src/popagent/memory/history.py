@@ -107,12 +107,11 @@ class FactHistory(MemoryBase):
             old = await version_store.get_version(conn, resource_id, id, version)
         if old is None:
             raise NotFoundError(f"fact {id} has no version {version}")
-        vectors = await self._vectors([old.content])
         async with self._pool.connection() as conn, conn.transaction():
             restored = await self._apply(conn, old, session_id, provenance)
             if restored is None:
                 raise NotFoundError(f"fact {id} has no version {version}")
-            await self._write_vectors(conn, restored, vectors[0] if vectors else None)
+        self._vectors_pending(resource_id)  # a changed or re-inserted text is queued
         return restored
 
     async def _apply(
@@ -206,8 +205,6 @@ class FactHistory(MemoryBase):
                 before = next((v for v in history if v.session_id != session_id), None)
                 if before is not None:
                     plan.append((None, before))
-        contents = [v.content for _m, v in plan if v is not None]
-        vectors = iter(await self._vectors(contents) or [])
         restored: list[int] = []
         deleted: list[int] = []
         skipped: list[int] = []
@@ -225,7 +222,6 @@ class FactHistory(MemoryBase):
                     ):
                         deleted.append(target.id)
                     continue
-                chunks = next(vectors, None) if self._embedder is not None else None
                 if target is None and (
                     await store.get_memory(conn, resource_id, version.fact_id, "fact") is not None
                 ):
@@ -233,11 +229,11 @@ class FactHistory(MemoryBase):
                 try:
                     async with conn.transaction():  # a savepoint: a conflict skips this one
                         result = await self._apply(conn, version, by_session_id, provenance)
-                        if result is not None:
-                            await self._write_vectors(conn, result, chunks)
                 except ConflictError:
                     skipped.append(version.fact_id)
                     continue
                 if result is not None:
                     restored.append(result.id)
+        if restored:
+            self._vectors_pending(resource_id)
         return RevertReport(tuple(restored), tuple(deleted), tuple(skipped))

@@ -5,6 +5,11 @@ maintenance and the embedding backfill.
 public method validates its input completely, then opens one transaction (or
 none, for a single statement) on a pooled connection and calls the store
 functions; a call that raises has changed nothing.
+
+No write embeds: the memory is stored (and queued for its vectors by migration
+0016's trigger, in the same statement), the vector worker is notified, and
+the call returns. The vectors follow within about a second
+(``MemoryBase.wait_for_vectors`` waits for them).
 """
 
 from __future__ import annotations
@@ -12,12 +17,10 @@ from __future__ import annotations
 import builtins  # ``Management.list`` hides the builtin in the class body's annotations
 import hashlib
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ..checks import check_time
-from ..embed.protocol import Vectors
 from ..errors import NotFoundError, ValidationError
 from ..models import (
     EpisodeTurn,
@@ -29,7 +32,6 @@ from ..models import (
     RememberResult,
 )
 from ..store import memories as store
-from ..store import vectors as vector_store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
 from .purge import PurgeReport, purge_resource
@@ -74,14 +76,12 @@ def _check_purge(kind: Kind | None, purge: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeDraft:
-    """A turn's episode ready to write: checked, built (capped, redacted) and embedded
-    (``vectors`` ``None`` without an embedder or when embedding failed)."""
+    """A turn's episode ready to write: checked and built (capped, redacted)."""
 
     resource_id: str
     session_id: str
     content: str
     created_at: datetime | None
-    vectors: list[list[Vectors]] | None
     provenance: Provenance | None = None
 
 
@@ -124,13 +124,8 @@ class Management(MemoryBase):
             return None
         content, _redacted = built
         provenance = check_provenance(provenance)
-        vectors = await self._vectors([content])
-        draft = EpisodeDraft(resource_id, session_id, content, created_at, vectors, provenance)
-        # One transaction only when there are vectors to write with the episode.
-        async with (
-            self._pool.connection() as conn,
-            conn.transaction() if vectors else nullcontext(),
-        ):
+        draft = EpisodeDraft(resource_id, session_id, content, created_at, provenance)
+        async with self._pool.connection() as conn:
             return await self.write_episode(conn, draft)
 
     async def draft_episode(
@@ -143,8 +138,8 @@ class Management(MemoryBase):
         created_at: datetime | None = None,
         provenance: Provenance | None = None,
     ) -> EpisodeDraft | None:
-        """``retain_episode`` up to the write: checked, built, redacted and embedded;
-        ``None`` when either text is empty. Write it with ``write_episode``."""
+        """``retain_episode`` up to the write: checked, built and redacted; ``None``
+        when either text is empty. Write it with ``write_episode``."""
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         created_at = check_time("created_at", created_at)
@@ -153,19 +148,13 @@ class Management(MemoryBase):
             return None
         content = built[0]
         provenance = check_provenance(provenance)
-        return EpisodeDraft(
-            resource_id,
-            session_id,
-            content,
-            created_at,
-            await self._vectors([content]),
-            provenance,
-        )
+        return EpisodeDraft(resource_id, session_id, content, created_at, provenance)
 
     async def write_episode(self, conn: Conn, draft: EpisodeDraft) -> Memory:
-        """Write a drafted episode (and its vectors) on ``conn``, inside the caller's
-        transaction when it holds one: a chat turn stores its final message, its end
-        and its episode together, so a crash leaves all of them or none."""
+        """Write a drafted episode on ``conn``, inside the caller's transaction when it
+        holds one: a chat turn stores its final message, its end and its episode
+        together, so a crash leaves all of them or none. Its vectors are pending
+        from the commit on; the vector worker, notified here, writes them."""
         memory, inserted = await store.insert_episode(
             conn,
             resource_id=draft.resource_id,
@@ -176,8 +165,8 @@ class Management(MemoryBase):
             created_at=draft.created_at,
             provenance=draft.provenance,
         )
-        if inserted and draft.vectors:
-            await self._write_vectors(conn, memory, draft.vectors[0])
+        if inserted:
+            self._vectors_pending(draft.resource_id)
         return memory
 
     async def retain_episodes(
@@ -198,17 +187,7 @@ class Management(MemoryBase):
             built = episode_content(turn.user_text, turn.assistant_text)
             if built is not None:
                 rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
-        by_hash: list[tuple[str, int, Vectors]] = []
-        if self._embedder is not None and rows:
-            async with self._pool.connection() as conn:
-                done = await vector_store.embedded_hashes(
-                    conn, resource_id, self._embedder.model, "episode", [r[2] for r in rows]
-                )
-            todo = list({sha: content for _s, content, sha, _c in rows if sha not in done}.items())
-            vectors = await self._vectors([content for _sha, content in todo])
-            for (sha, _content), chunks in zip(todo, vectors or [], strict=False):
-                by_hash.extend((sha, i, v) for i, v in enumerate(chunks))
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._pool.connection() as conn:
             inserted = await store.insert_episodes(
                 conn,
                 resource_id=resource_id,
@@ -216,16 +195,9 @@ class Management(MemoryBase):
                 rows=rows,
                 origin=origin,
             )
-            if self._embedder is not None and by_hash:
-                await vector_store.write_vectors_by_hash(
-                    conn,
-                    resource_id,
-                    self._embedder.model,
-                    self._embedder.dimensions,
-                    "episode",
-                    by_hash,
-                )
-            return inserted
+        if inserted:
+            self._vectors_pending(resource_id)
+        return inserted
 
     async def remember(
         self,
@@ -267,17 +239,16 @@ class Management(MemoryBase):
             **store.provenance_params(check_provenance(provenance)),
         }
         upsert = store.upsert_fact_by_key if key is not None else store.upsert_fact_by_hash
-        vectors = await self._vectors([content])
         async with self._pool.connection() as conn:
             # A concurrent delete can remove the row between the upsert and the
             # read-back; the second attempt then creates it.
             for _attempt in range(3):
                 async with conn.transaction():
                     outcome = await upsert(conn, **params)
-                    if outcome is not None and outcome[1] != "unchanged" and vectors:
-                        await self._write_vectors(conn, outcome[0], vectors[0])
                 if outcome is not None:
                     memory, action = outcome
+                    if action != "unchanged":
+                        self._vectors_pending(resource_id)
                     return RememberResult(memory=memory, action=action)  # type: ignore[arg-type]
         raise RuntimeError("remember could not settle against concurrent deletes")
 
@@ -354,11 +325,7 @@ class Management(MemoryBase):
             session_id = check_id("session_id", session_id)
         expires_at = check_expires_at(expires_at)
         provenance = check_provenance(provenance)
-        vectors = await self._vectors([content])
-        async with (
-            self._pool.connection() as conn,
-            conn.transaction() if vectors else nullcontext(),
-        ):
+        async with self._pool.connection() as conn:
             memory = await store.insert_fact(
                 conn,
                 resource_id=resource_id,
@@ -370,8 +337,8 @@ class Management(MemoryBase):
                 expires_at=expires_at,
                 **store.provenance_params(provenance),
             )
-            await self._write_vectors(conn, memory, vectors[0] if vectors else None)
-            return memory
+        self._vectors_pending(resource_id)
+        return memory
 
     async def update_fact(
         self,
@@ -407,7 +374,6 @@ class Management(MemoryBase):
         new_content = normalize_fact_content(content) if content is not None else None
         new_key = normalize_key(key)
         new_importance = check_importance(importance) if importance is not None else None
-        vectors = await self._vectors([new_content]) if new_content is not None else None
         async with self._pool.connection() as conn, conn.transaction():
             current = await store.get_memory(conn, resource_id, id, "fact")
             if current is None:
@@ -427,11 +393,9 @@ class Management(MemoryBase):
             )
             if updated is None:  # nothing changed: the statement wrote nothing
                 return current
-            # The content trigger dropped the old vectors if the text changed.
-            if updated is not None and updated.content_sha256 != current.content_sha256:
-                await self._write_vectors(conn, updated, vectors[0] if vectors else None)
-        if updated is None:
-            raise NotFoundError(f"no fact {id} in this resource")
+        # The content triggers dropped the old vectors and queued the new text.
+        if updated.content_sha256 != current.content_sha256:
+            self._vectors_pending(resource_id)
         return updated
 
     async def delete_fact(

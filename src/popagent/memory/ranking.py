@@ -40,7 +40,13 @@ Semantic recall (``semantic=True``, when recall embeds the query) adds
     related texts score 0.3 to 0.7, E5's 0.75 to 0.9), and a raw cosine would
     let recency outweigh E5's whole spread. A memory without a vector of the
     query's model scores 0. The raw cosine is listed as ``similarity`` (weight
-    0); at least ``min_similarity`` of it counts as evidence on its own.
+    0); at least ``min_similarity`` of it counts as evidence on its own. So
+    does a cosine within ``similarity_margin`` of the recall's best one and at
+    least ``min_nearest_similarity``: the memories nearest the question can
+    come back though they share no word with it and fall below the floor,
+    which matters most in a store of a few memories, where an implicit
+    question ("what should I avoid eating?") would otherwise get nothing. (Chosen on the implicit questions' dev split,
+    ``bench/quality.py --sweep``; docs/embeddings.md has the numbers.)
 
 and fuses the relevance signals in one of two ways (``fusion``):
 
@@ -114,6 +120,10 @@ class RankingWeights:
     rrf_k: float = 5.0
     #: A cosine similarity at least this counts as evidence on its own.
     min_similarity: float = 0.2
+    #: Below ``min_similarity``, a cosine within this of the recall's best counts too,
+    #: if it is at least ``min_nearest_similarity``: the nearest memories can come back.
+    similarity_margin: float = 0.05
+    min_nearest_similarity: float = 0.1
     #: The weight of the ``time`` signal when the query names a period.
     time: float = 0.15
 
@@ -265,7 +275,8 @@ def rank(
     trigram_of = _TrigramScorer(stats)
     # (text, trigram, similarity or None) of each candidate with some evidence.
     relevant: list[tuple[Candidate, float, float, float | None]] = []
-    min_trigram, min_similarity = weights.min_trigram, weights.min_similarity
+    min_trigram = weights.min_trigram
+    min_similarity = _similarity_floor(candidates, weights) if semantic else 0.0
     for cand in candidates:
         text = text_score(cand)
         trigram = trigram_of(cand)
@@ -274,7 +285,7 @@ def rank(
         if not lexical and (similarity is None or similarity < min_similarity):
             continue
         relevant.append((cand, text, trigram, similarity))
-    relevance = _relevance(relevant, weights, semantic)
+    relevance = _relevance(relevant, weights, semantic, min_similarity)
     half_life = weights.recency_half_life_days
     scored: list[tuple[float, bool, datetime, int, tuple[_Signal, ...], Candidate]] = []
     for (cand, *_signals), parts in zip(relevant, relevance, strict=True):
@@ -301,6 +312,16 @@ def rank(
     ]
 
 
+def _similarity_floor(candidates: Sequence[Candidate], weights: RankingWeights) -> float:
+    """The least cosine that counts as evidence in this recall (see the module docstring):
+    ``min_similarity``, or down to ``min_nearest_similarity`` for the best cosines."""
+    best = max((c.similarity for c in candidates if c.similarity is not None), default=None)
+    if best is None:
+        return weights.min_similarity
+    near = max(weights.min_nearest_similarity, best - weights.similarity_margin)
+    return min(weights.min_similarity, near)
+
+
 def _merge(candidates: Sequence[Candidate]) -> list[Candidate]:
     """One candidate per memory id, keeping the best known similarity."""
     out: dict[int, Candidate] = {}
@@ -315,6 +336,7 @@ def _relevance(
     relevant: Sequence[tuple[Candidate, float, float, float | None]],
     weights: RankingWeights,
     semantic: bool,
+    min_similarity: float,
 ) -> list[tuple[_Signal, ...]]:
     """The relevance signals of each candidate, in order (see the module docstring)."""
     if not semantic:
@@ -350,7 +372,7 @@ def _relevance(
     lexical_rank = _ranks([(v, v > 0.0) for v in lexical])
     vector_rank = _ranks(
         [
-            (v, sim is not None and sim >= weights.min_similarity)
+            (v, sim is not None and sim >= min_similarity)
             for v, (*_r, sim) in zip(vectors, relevant, strict=True)
         ]
     )

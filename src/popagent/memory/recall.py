@@ -4,6 +4,14 @@
 it proposes candidates from the lexical statistics and, with an embedder, the
 vector index, ranks them with the pure functions of ``memory.ranking``, and
 records the access of what it returns. It writes nothing else.
+
+With an embedder, recall is ``fused`` by default. The question is embedded in a
+worker thread while the lexical statements run, so the model adds little to
+a recall's latency. When the model fails (it cannot load, an endpoint is
+down), recall is lexical: the failure is logged once (``embed.health``),
+never raised. Memories whose vectors are still pending are found by their
+words. ``recall_report`` also says which mode ran and why
+(``memory.recall_report``).
 """
 
 from __future__ import annotations
@@ -12,9 +20,9 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Literal
 
 from ..checks import check_time
+from ..embed.health import record_failure, record_success
 from ..embed.protocol import EmbeddingError, Vectors
 from ..errors import ValidationError
 from ..models import CorpusStats, RecallResult, ScoreComponent
@@ -24,6 +32,7 @@ from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from .base import MemoryBase
 from .ranking import RankingWeights, idf, rank
+from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window
 from .validation import (
     check_id,
@@ -31,14 +40,13 @@ from .validation import (
     check_query,
 )
 
-__all__ = ["RecallMode", "Recalling", "candidate_idfs", "recall_pool"]
+__all__ = ["RecallMode", "RecallReport", "Recalling", "candidate_idfs", "recall_pool"]
 
 # The logger keeps the name it had before recall moved here: users filter on it.
 log = logging.getLogger("popagent.memory.longterm")
 
-#: ``lexical``: the spec's ranking; ``vector``: the vector index alone;
-#: ``fused``: both (the default when there is an embedder).
-RecallMode = Literal["lexical", "vector", "fused"]
+#: ``recall_report`` counts pending vectors up to this many ("10,000 or more").
+PENDING_COUNT_CAP = 10_000
 
 
 def recall_pool(limit: int) -> int:
@@ -81,35 +89,75 @@ class Recalling(MemoryBase):
         and is what a period the query names ("last week") is relative to.
         ``mode`` (default: ``fused`` with an embedder, else ``lexical``) picks
         the signals; ``vector`` and ``fused`` need an embedder. When the model
-        fails, recall falls back to ``lexical`` (logged) rather than fail.
+        fails, recall falls back to ``lexical`` (logged once) rather than fail.
+        A memory written a moment ago is found by its words at once and by its
+        meaning when its vectors are written (``wait_for_vectors``).
         """
+        results, _ran = await self._recall(resource_id, query, limit, now, mode, touch)
+        return results
+
+    async def recall_report(
+        self,
+        resource_id: str,
+        query: str,
+        *,
+        limit: int = 8,
+        now: datetime | None = None,
+        mode: RecallMode | None = None,
+        touch: bool = True,
+    ) -> RecallReport:
+        """``recall``, with which mode ran and why: the model and its state, and how
+        many of the resource's memories still wait for their vectors (counted up to
+        10,000). For the recall preview and ``recall --explain``."""
+        results, ran = await self._recall(resource_id, query, limit, now, mode, touch)
+        pending = 0
+        if self._embedder is not None:
+            pending = await self.pending_vectors(resource_id, cap=PENDING_COUNT_CAP)
+        health = self.model_health()
+        model = health.model if health is not None else None
+        state = health.state if health is not None else None
+        error = health.error if health is not None else None
+        return RecallReport(
+            results=results,
+            mode=ran,
+            requested=mode,
+            model=model,
+            model_state=state,
+            model_error=error,
+            pending=pending,
+            reason=describe(ran, mode, model, state, error, pending),
+        )
+
+    async def _recall(
+        self,
+        resource_id: str,
+        query: str,
+        limit: int,
+        now: datetime | None,
+        mode: RecallMode | None,
+        touch: bool,
+    ) -> tuple[list[RecallResult], RecallMode]:
         resource_id = check_id("resource_id", resource_id)
         query = check_query(query)
         limit = check_limit(limit)
         now = check_time("now", now) or datetime.now(UTC)
         mode = self._check_mode(mode)
         window = query_window(query, now) if self.weights.time > 0 else None
+        if self._worker is not None:
+            # This process works on the resource: rows written elsewhere get vectors too.
+            self._worker.notify(resource_id)
+        if mode == "lexical" or self._embedder is None:
+            return await self._lexical(resource_id, query, limit, now, window, touch), "lexical"
+        embedder = self._embedder
         pool = recall_pool(limit)
-        if mode == "lexical":
-            return await self._lexical(resource_id, query, limit, now, window, touch)
-        async with self._pool.connection() as conn:
-            # No transaction: each statement reads a consistent snapshot, and a
-            # write landing between them can only shift a score, never leak or
-            # lose a row of another resource.
-            embedding = asyncio.create_task(self._query_vector(query))
-            try:
+        # The question is embedded in a worker thread while the lexical statements run.
+        embedding = asyncio.create_task(self._query_vector(query))
+        try:
+            async with self._pool.connection() as conn:
+                # No transaction: each statement reads a consistent snapshot, and a
+                # write landing between them can only shift a score, never leak or
+                # lose a row of another resource.
                 stats = await recall_sql.corpus_stats(conn, resource_id, query)
-            finally:
-                query_vector = await embedding
-            if query_vector is None or self._embedder is None:
-                # The model failed: the lexical ranking over the statistics read.
-                candidates = await recall_sql.candidates(
-                    conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
-                )
-                results = rank(
-                    candidates, stats, now=now, limit=limit, weights=self.weights, window=window
-                )
-            else:
                 found = []
                 if mode == "fused":
                     # Lexical candidates carry no similarity: those near enough to
@@ -117,30 +165,48 @@ class Recalling(MemoryBase):
                     found = await recall_sql.candidates(
                         conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
                     )
-                found += await vector_store.nearest(
-                    conn,
-                    resource_id,
-                    model=self._embedder.model,
-                    query=query_vector,
-                    limit=pool,
-                    lexemes=recall_sql.scored_lexemes(stats),
-                    resource_size=stats.documents,
+                query_vector = await embedding
+                if query_vector is None:
+                    # The model failed: the lexical ranking over what was read.
+                    if mode != "fused":
+                        found = await recall_sql.candidates(
+                            conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
+                        )
+                    ran: RecallMode = "lexical"
+                    results = rank(
+                        found, stats, now=now, limit=limit, weights=self.weights, window=window
+                    )
+                else:
+                    ran = mode
+                    found += await vector_store.nearest(
+                        conn,
+                        resource_id,
+                        model=embedder.model,
+                        query=query_vector,
+                        limit=pool,
+                        lexemes=recall_sql.scored_lexemes(stats),
+                        resource_size=stats.documents,
+                    )
+                    weights = self.weights
+                    if mode == "vector":
+                        weights = replace(weights, fusion="blend", semantic_share=1.0)
+                    results = rank(
+                        found,
+                        stats,
+                        now=now,
+                        limit=limit,
+                        weights=weights,
+                        semantic=True,
+                        window=window,
+                    )
+                if not results or not touch:
+                    return results, ran
+                touched = await store.touch_accessed(
+                    conn, resource_id, [r.memory.id for r in results]
                 )
-                weights = self.weights
-                if mode == "vector":
-                    weights = replace(weights, fusion="blend", semantic_share=1.0)
-                results = rank(
-                    found,
-                    stats,
-                    now=now,
-                    limit=limit,
-                    weights=weights,
-                    semantic=True,
-                    window=window,
-                )
-            if not results or not touch:
-                return results
-            touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
+        finally:
+            if not embedding.done():
+                embedding.cancel()
         return [
             replace(
                 r,
@@ -153,7 +219,7 @@ class Recalling(MemoryBase):
             if r.memory.id in touched
             else r
             for r in results
-        ]
+        ], ran
 
     async def _lexical(
         self,
@@ -201,14 +267,16 @@ class Recalling(MemoryBase):
         return mode
 
     async def _query_vector(self, query: str) -> Vectors | None:
+        """The question's vector; ``None`` when the model fails (reported once)."""
         assert self._embedder is not None
         try:
             vectors = await self._embedder.embed([query], kind="query")
-            first: Vectors = vectors[0]
-            return first
         except EmbeddingError as exc:
-            log.warning("recall without vectors: %s", exc)
+            record_failure(self._embedder.model, exc)
             return None
+        record_success(self._embedder.model)
+        first: Vectors = vectors[0]
+        return first
 
 
 def _explained(row: ranked_sql.RankedRow, w: RankingWeights) -> RecallResult:

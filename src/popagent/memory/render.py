@@ -32,13 +32,24 @@ _MIN_PARTIAL = 80
 _ELLIPSIS = "…"
 
 
-def _line(kind: str, content: str) -> str:
+def _label(result: RecallResult, ids: bool) -> str:
+    memory = result.memory
+    return f"- [{memory.kind} #{memory.id}] " if ids else f"- [{memory.kind}] "
+
+
+def _line(label: str, content: str) -> str:
     body = "\n  ".join(part.rstrip() for part in content.strip().splitlines())
-    return f"- [{kind}] {body}"
+    return f"{label}{body}"
 
 
-def render(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:
-    """The labelled block for ``results`` within ``budget`` characters (see module doc)."""
+def render(
+    results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET, ids: bool = False
+) -> str:
+    """The labelled block for ``results`` within ``budget`` characters (see module doc).
+
+    ``ids=True`` labels each memory with its id as well (``- [fact #12] ...``), for a
+    reader that may act on one (the MCP ``recall`` tool's text: ``forget_fact``,
+    ``fact_history`` and ``get_episode`` take the id)."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     ordered = [r for r in results if r.memory.kind == "fact"] + [
@@ -47,14 +58,14 @@ def render(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> 
     lines: list[str] = []
     used = len(HEADER)
     for result in ordered:
-        line = _line(result.memory.kind, result.memory.content)
+        label = _label(result, ids)
+        line = _line(label, result.memory.content)
         room = budget - used - 1  # one newline before each line
         if len(line) <= room:
             lines.append(line)
             used += 1 + len(line)
             continue
-        prefix = len(f"- [{result.memory.kind}] ")
-        if room - prefix - len(_ELLIPSIS) >= _MIN_PARTIAL:
+        if room - len(label) - len(_ELLIPSIS) >= _MIN_PARTIAL:
             lines.append(line[: room - len(_ELLIPSIS)].rstrip() + _ELLIPSIS)
         break
     if not lines:

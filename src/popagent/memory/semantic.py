@@ -1,35 +1,35 @@
 """Embedding memories for semantic recall: chunking, batching, backfill.
 
-The service (``LongTermMemory``) calls these; they own no transaction except
-``backfill``, which commits one batch at a time so that it can stop and resume
-anywhere. Invariants:
+The vector worker (``memory.vector_worker``) and ``popagent embed`` (``backfill``)
+call these. Invariants:
 
 * a memory's vectors are made from its stored content, chunk by chunk
   (``popagent.embed.chunking``), each recorded with the content's hash;
-* an embedding failure never loses a write: ``embed_or_none`` logs it and the
-  memory is stored without vectors, for ``popagent embed`` to fill in later;
-* backfill embeds only memories with no vector of the embedder's model, in id
-  order, one committed batch at a time: rerunning it after an interruption
-  continues where it stopped and never embeds a memory twice.
+* ``write_pending`` is the one way vectors are written: inside the caller's
+  transaction it claims pending rows (``store.pending``, ``SKIP LOCKED``),
+  embeds them, writes their vectors and deletes the rows, so that workers and
+  backfills in any number of processes never embed a memory twice and a
+  rollback leaves every claimed row pending;
+* backfill first queues the memories with no vector of the embedder's model
+  (after a model switch, or a lost row), then writes them one committed batch
+  at a time: rerunning it after an interruption continues where it stopped.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..embed.chunking import chunk_text
 from ..embed.protocol import Embedder
-from ..errors import EmbeddingError
 from ..models import Vectors
+from ..store import pending as pending_sql
 from ..store import vectors as vector_store
-from ..store.database import Pool
+from ..store.database import Conn, Pool
+from ..store.pending import PendingMemory
 from ..store.vectors import VectorRow
 
-__all__ = ["BackfillReport", "backfill", "embed_contents", "embed_or_none", "vector_rows"]
-
-log = logging.getLogger(__name__)
+__all__ = ["BackfillReport", "backfill", "embed_contents", "vector_rows", "write_pending"]
 
 
 async def embed_contents(embedder: Embedder, contents: Sequence[str]) -> list[list[Vectors]]:
@@ -45,15 +45,6 @@ async def embed_contents(embedder: Embedder, contents: Sequence[str]) -> list[li
     return out
 
 
-async def embed_or_none(embedder: Embedder, contents: Sequence[str]) -> list[list[Vectors]] | None:
-    """``embed_contents``, or ``None`` (logged) when the model fails: the write goes on."""
-    try:
-        return await embed_contents(embedder, contents)
-    except EmbeddingError as exc:
-        log.warning("storing %d memories without vectors: %s", len(contents), exc)
-        return None
-
-
 def vector_rows(memory_id: int, sha: str, chunks: Sequence[Vectors]) -> list[VectorRow]:
     return [VectorRow(memory_id, i, sha, v) for i, v in enumerate(chunks)]
 
@@ -67,6 +58,28 @@ class BackfillReport:
     embedded: int
     remaining: int
     pruned: int = 0
+
+
+async def write_pending(
+    conn: Conn, embedder: Embedder, resource_id: str, limit: int
+) -> list[PendingMemory]:
+    """Claim up to ``limit`` pending memories of the resource, embed them, write their
+    vectors and delete their pending rows, on ``conn`` inside the caller's transaction;
+    the memories written (none: nothing was pending, or another worker holds it all).
+
+    Raises ``EmbeddingError`` when the model fails: the caller's rollback leaves the
+    rows pending.
+    """
+    claimed = await pending_sql.claim(conn, resource_id, limit)
+    if not claimed:
+        return []
+    chunked = await embed_contents(embedder, [c.content for c in claimed])
+    rows: list[VectorRow] = []
+    for memory, chunks in zip(claimed, chunked, strict=True):
+        rows.extend(vector_rows(memory.id, memory.content_sha256, chunks))
+    await vector_store.write_vectors(conn, resource_id, embedder.model, embedder.dimensions, rows)
+    await pending_sql.delete_claimed(conn, resource_id, [c.id for c in claimed])
+    return claimed
 
 
 async def backfill(
@@ -85,6 +98,7 @@ async def backfill(
     ``on_start`` gets how many are missing, ``on_batch`` how many a committed
     batch embedded; ``max_memories`` stops early (a later run resumes);
     ``prune`` first deletes those resources' vectors of every other model.
+    Memories another process's worker holds meanwhile are left to it.
     """
     async with pool.connection() as conn:
         targets = (
@@ -93,33 +107,23 @@ async def backfill(
         pruned = (
             await vector_store.delete_other_models(conn, targets, embedder.model) if prune else 0
         )
-        missing = await vector_store.count_missing(conn, targets, embedder.model)
+        missing = 0
+        for resource_id in targets:
+            await pending_sql.enqueue_missing(conn, resource_id, embedder.model)
+            missing += await pending_sql.count_pending(conn, resource_id)
     if on_start is not None:
         on_start(missing if max_memories is None else min(missing, max_memories))
-    done, after = 0, 0
-    while max_memories is None or done < max_memories:
-        take = batch_size if max_memories is None else min(batch_size, max_memories - done)
-        async with pool.connection() as conn:
-            batch = await vector_store.missing_vectors(
-                conn, targets, embedder.model, after=after, limit=take
-            )
-        if not batch:
-            break
-        after = batch[-1]["id"]
-        chunked = await embed_contents(embedder, [row["content"] for row in batch])
-        by_resource: dict[str, list[VectorRow]] = {}
-        for row, chunks in zip(batch, chunked, strict=True):
-            by_resource.setdefault(row["resource_id"], []).extend(
-                vector_rows(row["id"], row["content_sha256"], chunks)
-            )
-        async with pool.connection() as conn, conn.transaction():
-            for resource_id, rows in by_resource.items():
-                await vector_store.write_vectors(
-                    conn, resource_id, embedder.model, embedder.dimensions, rows
-                )
-        done += len(batch)
-        if on_batch is not None:
-            on_batch(len(batch))
+    done = 0
+    for resource_id in targets:
+        while max_memories is None or done < max_memories:
+            take = batch_size if max_memories is None else min(batch_size, max_memories - done)
+            async with pool.connection() as conn, conn.transaction():
+                written = await write_pending(conn, embedder, resource_id, take)
+            if not written:
+                break
+            done += len(written)
+            if on_batch is not None:
+                on_batch(len(written))
     return BackfillReport(
         model=embedder.model,
         resources=len(targets),

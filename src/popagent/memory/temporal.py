@@ -209,12 +209,23 @@ _AMBIGUOUS = {"may", "march", "jan", "mar", "jun", "aug", "sep", "oct", "nov", "
 _MONTH_PREPOSITION = re.compile(r"\b(?:in|during|of|since|before|after|until|by|from)\s+$")
 
 
+def _head(text: str, end: int) -> str:
+    """The words right before ``end`` that a relation or a preposition can be made of
+    (the longest, "earlier than ", is 13 characters), starting at a word. Bounded, so
+    that a query of many candidate phrases costs time linear in its length."""
+    start = max(0, end - 40)
+    if start > 0:
+        space = text.find(" ", start - 1, end)
+        start = end if space == -1 else space + 1
+    return text[start:end]
+
+
 def query_window(query: str, now: datetime) -> TimeWindow | None:
     """The period ``query`` names, relative to ``now`` (timezone-aware); ``None`` if none."""
     text = " ".join(query.lower().replace("\u2019", "'").split())
     for match in _PHRASE.finditer(text):
         phrase = match[1]
-        head = text[: match.start()]
+        head = _head(text, match.start())
         year = _YEAR_PREFIX.match(phrase)
         if year:
             head += phrase[: phrase.index(year[1])]

@@ -71,6 +71,15 @@ _WHITESPACE = re.compile(r"\s+")
 _EMPTY = "is required and must not be empty"
 
 
+_JSON_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_ESCAPED = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return chr(int(code[1:], 16)) if code.startswith("u") else _ESCAPED[code]
+
+
 def check_credentials(field: str, text: str) -> None:
     """Refuse ``text`` with ``SecretRefusedError`` naming ``field`` if it holds a credential.
 
@@ -79,6 +88,11 @@ def check_credentials(field: str, text: str) -> None:
     ``normalize_key``); the message names the kinds found, never the value.
     """
     findings = find_credentials(text)
+    if not findings and "\\" in text:
+        # Text that holds JSON (a LangGraph store item, a pasted config) hides a
+        # credential's context behind escapes: {\"password\": \"...\"}. Screened
+        # once more with JSON's string escapes undone (linear, one pass).
+        findings = find_credentials(_JSON_ESCAPE.sub(_unescape, text))
     if findings:
         kinds = ", ".join(sorted({f.kind for f in findings}))
         raise SecretRefusedError(

@@ -37,7 +37,7 @@ from ..models import Message, ObservationGroup, ObservationLog
 from ..store import observations as obs_sql
 from ..store.database import Pool
 from . import writes
-from .observer import ObservationFailed, build_observer_messages, run_observer
+from .observer import ObservationFailed, observer_request, run_observer
 from .snapshot import ExecutionSnapshot, auto_idle_seconds
 from .tokens import TokenCounter, count_message, count_text
 
@@ -253,7 +253,7 @@ async def buffer(
     on meanwhile (the batch no longer continues the chunks); nothing is
     stored then.
     """
-    request = build_observer_messages(job.batch, job.previous, job.snapshot, counter)
+    request = await observer_request(job.batch, job.previous, job.snapshot, counter)
     new = await run_observer(model, request, timeout_s=timeout_s)
     batch = job.batch
     async with pool.connection() as conn, conn.transaction():

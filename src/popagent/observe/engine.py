@@ -87,7 +87,7 @@ from .buffering import (
     early_trigger,
     plan_buffer_job,
 )
-from .observer import ObservationFailed, build_observer_messages, run_observer
+from .observer import ObservationFailed, observer_request, run_observer
 from .reflection import (
     ReflectJob,
     activate_reflection,
@@ -489,7 +489,7 @@ class ObservationalMemory:
         overtook. Raises ``ObservationFailed`` (nothing stored) when the Observer fails
         or another turn observed meanwhile."""
         previous = head.observations if head else ""
-        request = build_observer_messages(batch, previous, snapshot, self.counter)
+        request = await observer_request(batch, previous, snapshot, self.counter)
         new = await run_observer(self.model, request, timeout_s=deadline - time.monotonic())
         text = f"{previous}\n\n{new}" if previous else new
         tokens = count_text(text, self.counter)

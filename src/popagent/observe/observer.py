@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..credentials import redact_credentials, redact_json_text
+from ..credentials import redact_credentials, redact_json_text, redacted
 from ..errors import ObservationFailed, ValidationError
 from ..llm.protocol import (
     ChatMessage,
@@ -43,6 +43,7 @@ from ..llm.protocol import (
     ModelError,
 )
 from ..models import Message
+from ..offload import off_loop
 from .snapshot import ExecutionSnapshot
 from .text import GAP_SECONDS, gap_text, is_degenerate, parse_observations, trim_previous
 from .tokens import TokenCounter
@@ -53,7 +54,9 @@ __all__ = [
     "attachment_allowed",
     "build_observer_messages",
     "format_messages",
+    "observer_request",
     "run_observer",
+    "screened_observations",
 ]
 
 OBSERVER_PROMPT = """\
@@ -224,6 +227,37 @@ def build_observer_messages(
 ) -> list[ChatMessage]:
     """The Observer request: its fixed system prompt (plus custom guidance) and one
     user message with the trimmed previous observations and the new messages."""
+    system, text, forwarded = _observer_request(messages, previous, snapshot, counter)
+    return _observer_messages(system, redact_credentials(text)[0], forwarded)
+
+
+async def observer_request(
+    messages: Sequence[Message],
+    previous: str,
+    snapshot: ExecutionSnapshot,
+    counter: TokenCounter | None = None,
+) -> list[ChatMessage]:
+    """``build_observer_messages`` with its text screened off the event loop (it
+    holds every new message, so it can be long)."""
+    system, text, forwarded = _observer_request(messages, previous, snapshot, counter)
+    return _observer_messages(system, await off_loop(len(text), redacted, text), forwarded)
+
+
+def _observer_messages(
+    system: str, text: str, forwarded: list[tuple[str, ContentPart]]
+) -> list[ChatMessage]:
+    user = ChatMessage("user", text, attachments=tuple(part for _, part in forwarded))
+    return [ChatMessage("system", system), user]
+
+
+def _observer_request(
+    messages: Sequence[Message],
+    previous: str,
+    snapshot: ExecutionSnapshot,
+    counter: TokenCounter | None,
+) -> tuple[str, str, list[tuple[str, ContentPart]]]:
+    """The request's system prompt, its user text before screening, and the
+    attachments forwarded after that text."""
     system = OBSERVER_PROMPT
     if snapshot.observation_instruction:
         system += f"\n\n{_GUIDANCE_HEADING}\n{snapshot.observation_instruction}"
@@ -251,9 +285,7 @@ def build_observer_messages(
             "in this order:\n" + names
         )
     parts.append("---\n## Your task\n\nWrite the observations of the new messages.")
-    text, _redacted = redact_credentials("\n\n".join(parts))
-    user = ChatMessage("user", text, attachments=tuple(part for _, part in forwarded))
-    return [ChatMessage("system", system), user]
+    return system, "\n\n".join(parts), forwarded
 
 
 async def run_observer(
@@ -275,7 +307,12 @@ async def run_observer(
     raw = completion.message.content or ""
     if is_degenerate(raw):
         raise ObservationFailed("the Observer's answer repeats itself (a repetition loop)")
-    observations, _redacted = redact_credentials(parse_observations(raw))
+    observations = await off_loop(len(raw), screened_observations, raw)
     if not observations.strip():
         raise ObservationFailed("the Observer's answer holds no observations")
     return observations
+
+
+def screened_observations(raw: str) -> str:
+    """The observations of a model's answer, credentials redacted."""
+    return redact_credentials(parse_observations(raw))[0]

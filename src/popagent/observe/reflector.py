@@ -19,11 +19,12 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from ..credentials import redact_credentials
+from ..credentials import redact_credentials, redacted
 from ..llm.protocol import ChatMessage, ChatModel, ModelError
-from .observer import OBSERVER_PROMPT
+from ..offload import off_loop
+from .observer import OBSERVER_PROMPT, screened_observations
 from .snapshot import ExecutionSnapshot
-from .text import is_degenerate, parse_observations
+from .text import is_degenerate
 from .tokens import TokenCounter, count_text
 
 __all__ = [
@@ -79,12 +80,18 @@ def build_reflector_messages(
     observations: str, snapshot: ExecutionSnapshot, level: int
 ) -> list[ChatMessage]:
     """The Reflector request at compression ``level`` (1 to 3)."""
+    return _reflector_messages(redact_credentials(observations)[0], snapshot, level)
+
+
+def _reflector_messages(
+    screened: str, snapshot: ExecutionSnapshot, level: int
+) -> list[ChatMessage]:
     system = REFLECTOR_PROMPT
     if snapshot.reflection_instruction:
         system += f"\n\n{_GUIDANCE_HEADING}\n{snapshot.reflection_instruction}"
     user = (
         "## Observations to reflect on\n\n"
-        f"{redact_credentials(observations)[0]}\n\n"
+        f"{screened}\n\n"
         "---\n"
         "Rewrite these observations as a smaller, complete log.\n\n"
         f"## Compression (level {level} of {len(COMPRESSION_LEVELS)})\n\n"
@@ -114,12 +121,14 @@ async def reflect(
     best: str | None = None
     best_tokens = current_tokens
     attempts = 0
+    # Screened once, off the event loop (the log can be long), for every attempt.
+    screened = await off_loop(len(observations), redacted, observations)
     for level in range(1, MAX_REFLECTION_ATTEMPTS + 1):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
         attempts += 1
-        request = build_reflector_messages(observations, snapshot, level)
+        request = _reflector_messages(screened, snapshot, level)
         try:
             completion = await asyncio.wait_for(model.complete(request), remaining)
         except (ModelError, TimeoutError):
@@ -127,7 +136,7 @@ async def reflect(
         raw = completion.message.content or ""
         if is_degenerate(raw):
             continue
-        candidate, _redacted = redact_credentials(parse_observations(raw))
+        candidate = await off_loop(len(raw), screened_observations, raw)
         if not candidate.strip():
             continue
         tokens = count_text(candidate, counter)

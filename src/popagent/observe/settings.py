@@ -31,6 +31,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..checks import check_text
+from ..credentials import redacted
 from ..errors import ValidationError
 
 __all__ = [
@@ -157,7 +158,10 @@ class MemorySettings(BaseModel):
         text = check_text(field, value)
         if len(text) > GUIDANCE_CAP:
             raise ValidationError(field, f"must be at most {GUIDANCE_CAP:,} characters")
-        return text if text.strip() else None
+        # The credential screen, as for every other text popagent keeps: guidance is
+        # stored, exported and sent to the Observer/Reflector, so a key typed into it
+        # is redacted. Applied on every read as well (rows written before the screen).
+        return redacted(text) if text.strip() else None
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
@@ -537,7 +541,8 @@ SETTINGS: tuple[Setting, ...] = (
         "text",
         "characters",
         f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text is off)",
-        "Custom guidance appended to the Observer's instructions.",
+        "Custom guidance appended to the Observer's instructions (credentials in it are "
+        "redacted, as in every text popagent keeps).",
         "`observation.instruction`",
     ),
     Setting(
@@ -545,7 +550,8 @@ SETTINGS: tuple[Setting, ...] = (
         "text",
         "characters",
         f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text is off)",
-        "Custom guidance appended to the Reflector's instructions.",
+        "Custom guidance appended to the Reflector's instructions (credentials in it are "
+        "redacted, as in every text popagent keeps).",
         "`reflection.instruction`",
     ),
 )

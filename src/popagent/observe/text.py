@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .tokens import TokenCounter, count_text
 
@@ -26,7 +26,8 @@ GAP_SECONDS = 600
 #: Observation lines longer than this are cut (a runaway line cannot flood the log).
 LINE_CAP = 10_000
 
-_BLOCK = re.compile(r"^<observations>[ \t]*\n?(.*?)^</observations>", re.MULTILINE | re.DOTALL)
+_OPEN = re.compile(r"^<observations>[ \t]*\n?", re.MULTILINE)
+_CLOSE = re.compile(r"^</observations>", re.MULTILINE)
 _LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+\S")
 _IMPORTANT = re.compile(r"^\s*(?:[-*•]\s*)?(?:🔴|✅)")
 
@@ -64,6 +65,19 @@ def gap_text(seconds: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _blocks(text: str) -> Iterator[str]:
+    """The text of each ``<observations>`` block whose tags start a line. Once an
+    opening tag has no closing tag after it, no later one has: the search stops
+    there rather than reading the rest again from every later opening tag."""
+    pos = 0
+    while (opening := _OPEN.search(text, pos)) is not None:
+        closing = _CLOSE.search(text, opening.end())
+        if closing is None:
+            return
+        yield text[opening.end() : closing.start()]
+        pos = closing.end()
+
+
 def parse_observations(text: str) -> str:
     """The observation text of a model's answer; '' when it holds none.
 
@@ -71,7 +85,7 @@ def parse_observations(text: str) -> str:
     one, only list lines (a model that forgot the tags). Lines over
     ``LINE_CAP`` characters are cut and marked; blank runs collapse.
     """
-    blocks = [m.group(1) for m in _BLOCK.finditer(text)]
+    blocks = list(_blocks(text))
     if blocks:
         lines = "\n".join(blocks).splitlines()
     else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
-from ..credentials import redact_credentials
+from ..credentials import redacted
+from ..offload import off_loop
 from ..store import observations as obs_sql
 
 __all__ = ["Conflict", "advance_log", "insert_group", "insert_log"]
@@ -27,7 +28,7 @@ def _screened(write: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]
     async def screened(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         text = kwargs.get("observations")
         if isinstance(text, str):
-            kwargs["observations"] = redact_credentials(text)[0]
+            kwargs["observations"] = await off_loop(len(text), redacted, text)
         return await write(*args, **kwargs)
 
     return screened

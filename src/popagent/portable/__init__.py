@@ -7,7 +7,8 @@ secrets' ciphertext). ``import_mem0`` reads Mem0's exported memories.
 
 Layering: this package sits above ``memory``, ``threads`` and ``observe``
 (whose checks it applies) and below the CLI; its SQL is in
-``popagent.store.portable``.
+``popagent.store.portable`` (export) and ``popagent.store.portable_import``
+(import). ``reading`` reads hostile files: lines, UTF-8 and JSON within limits.
 """
 
 from __future__ import annotations

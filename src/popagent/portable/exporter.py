@@ -7,7 +7,8 @@ Invariants:
 - Secrets are written only with ``include_secrets``, and then as the
   ciphertext, nonce and key fingerprint stored: nothing here decrypts.
 - Embeddings and recall bookkeeping (access counts, statistics) are not
-  exported: ``popagent embed`` remakes vectors after an import.
+  exported: an import queues its memories for new vectors (the vector worker
+  writes them; ``popagent embed`` at once).
 """
 
 from __future__ import annotations

@@ -1,40 +1,67 @@
-"""``import_resource``: load a popagent export into a resource, idempotently.
+"""``import_resource``: load a popagent export into a resource, idempotently, streaming.
+
+The file is read once, in batches: each batch's lines are parsed and checked
+(``records.check_record``: the normal write paths' checks and credential
+screens) off the event loop (``popagent.offload``: a worker thread, or a worker
+process after ``use_processes()``), and copied into temporary staging tables
+(``store.portable_import``) inside the import's transaction. Then the
+references between records are checked in SQL, and the records are written
+with a few set-based statements per type. So memory holds a few batches
+whatever the file's size, and the lines after the header may come in any order.
 
 Invariants:
-- Every line is parsed and checked (``records.check_record``, then the
-  references between records) before anything is written; a bad line raises
-  ``ValidationError`` whose field names the line, the record type and the
-  field (``line 7: fact.content``), and nothing is written.
-- Everything is written in one transaction: an import that fails part-way
-  (a conflict, the database) leaves the target as it was.
+- Every line is checked, and every reference between records, before any row
+  of the target is written; a bad line raises ``ValidationError`` whose field
+  names the line, the record type and the field (``line 7: fact.content``).
+- Everything (staging and writes) happens in one transaction: any error, a
+  bad line, a conflict or the database, leaves the target as it was.
 - A second import of the same file changes nothing: every record is matched
   by its natural key first (docs/export-format.md, "Import").
-- Imported rows get the target's ids; source ids live only in the in-memory
-  maps of one import. Provenance that names a message or turn is remapped when
-  that message or turn is in the target after the import, and dropped when not.
+- Imported rows get the target's ids; the map from source ids lives in the
+  staging tables of one import. Provenance that names a message or turn is
+  remapped when that message or turn is in the target after the import, and
+  dropped when not.
 """
 
 from __future__ import annotations
 
-import bisect
+import asyncio
+import io
 import json
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+import os
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any
 
 import psycopg
 
 from ..checks import check_id
 from ..errors import ConflictError, ValidationError
+from ..observe.settings import MemorySettings
 from ..observe.settings_store import settings_from_row, settings_to_row
-from ..store import portable as sql
+from ..offload import off_loop
+from ..store import portable_import as sql
 from ..store import settings as settings_sql
 from ..store.database import Conn, Pool
-from .records import RECORD_TYPES, check_header, check_record
+from .reading import LINE_CAP, decode_line, is_blank_line, line_error, parse_line, read_lines
+from .records import RECORD_TYPES, check_header, check_record, check_unicode
 from .report import ImportReport, Tally
 
-__all__ = ["import_resource", "parse_export"]
+__all__ = ["BATCH_BYTES", "BATCH_LINES", "Line", "import_resource", "parse_export"]
+
+#: A batch of lines checked at once: at most this many lines, or bytes (characters)...
+BATCH_LINES = 2_000
+BATCH_BYTES = 1 << 20
+#: ...and at most this many batches in flight (checked or being checked, not yet copied):
+#: enough to keep worker processes busy (``offload.use_processes``), few enough that
+#: memory holds a handful of batches.
+_IN_FLIGHT = 2 + min(8, (os.cpu_count() or 1) // 2)
+
+#: What one of the lines an import reads may be.
+RawLine = str | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,347 +73,406 @@ class Line:
     values: dict[str, Any]
 
 
-def _fail(line: Line | int, field: str, message: str) -> ValidationError:
-    if isinstance(line, Line):
-        return ValidationError(f"line {line.lineno}: {line.type}.{field}", message)
-    return ValidationError(f"line {line}", message)
+# What a concurrent change did, by the error PostgreSQL raised.
+_INTEGRITY: dict[type[psycopg.Error], str] = {
+    psycopg.errors.UniqueViolation: "a key or content it adds was taken meanwhile",
+    psycopg.errors.ForeignKeyViolation: "a row it refers to was deleted meanwhile",
+}
+_COPY_CONTEXT = re.compile(r"COPY import_(\w+), line (\d+)(?:, column (\w+))?")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
 
 
-def parse_export(lines: Iterable[str]) -> tuple[str, list[Line]]:
-    """The exported resource ID and every checked record; ``ValidationError`` on the first
-    bad line."""
-    source: str | None = None
-    records: list[Line] = []
+def _fail(lineno: int, record_type: str, field: str, message: str) -> ValidationError:
+    return ValidationError(f"line {lineno}: {record_type}.{field}", message)
+
+
+# --- reading and checking (pure: runs in a worker thread or process) -----------------------
+
+
+def check_line(lineno: int, raw: RawLine) -> Line | None:
+    """The checked record of one line after the header (``None`` for a blank line);
+    ``ValidationError`` naming the line, type and field."""
+    text = decode_line(lineno, raw)
+    if is_blank_line(text):
+        return None
+    obj = parse_line(lineno, text)
+    try:
+        if isinstance(obj, dict) and _SURROGATE_ESCAPE.search(text):
+            check_unicode(obj)
+        record_type, values = check_record(obj)
+    except ValidationError as exc:
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        label = kind if isinstance(kind, str) and kind in RECORD_TYPES else "record"
+        raise type(exc)(f"line {lineno}: {label}.{exc.field}", exc.message) from None
+    return Line(lineno, record_type, values)
+
+
+def _check_header_line(lineno: int, raw: RawLine) -> str | None:
+    """The exported resource ID of the header line (``None``: a blank line)."""
+    text = decode_line(lineno, raw)
+    if is_blank_line(text):
+        return None
+    obj = parse_line(lineno, text)
+    try:
+        if isinstance(obj, dict) and _SURROGATE_ESCAPE.search(text):
+            check_unicode(obj)
+        return check_header(obj)
+    except ValidationError as exc:
+        raise ValidationError(f"line {lineno}: header.{exc.field}", exc.message) from None
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A batch of lines checked: ``COPY`` text and line numbers per record type."""
+
+    copy: dict[str, list[str]] = field(default_factory=dict)
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    settings: list[tuple[int, MemorySettings]] = field(default_factory=list)
+
+
+def _row(line: Line) -> list[object]:
+    values = line.values
+    row: list[object] = [line.lineno]
+    for column in sql.COLUMNS[line.type]:
+        value = values[column]
+        if column in ("metadata", "parts", "item") and value is not None:
+            value = _json_text(value)
+        row.append(value)
+    return row
+
+
+def _json_text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def check_batch(batch: Sequence[tuple[int, RawLine]]) -> _Batch:
+    """Check a batch of lines; what the staging tables take of them. Pure and linear
+    in the batch's size (module doc of ``popagent.credentials``)."""
+    out = _Batch()
+    for lineno, raw in batch:
+        line = check_line(lineno, raw)
+        if line is None:
+            continue
+        if line.type == "settings":
+            out.settings.append((lineno, line.values["settings"]))
+            continue
+        out.copy.setdefault(line.type, []).append(sql.copy_row(_row(line)))
+        out.lines.setdefault(line.type, []).append(lineno)
+    return out
+
+
+def _numbered(lines: Iterable[RawLine] | IO[bytes] | IO[str]) -> Iterator[tuple[int, RawLine]]:
+    """``(line number, line)`` from 1, each line at most ``LINE_CAP`` long."""
+    if isinstance(lines, io.IOBase):
+        yield from read_lines(lines)  # type: ignore[arg-type]
+        return
     for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _fail(lineno, "", f"is not valid JSON ({exc.msg})") from None
-        if source is None:
-            try:
-                source = check_header(obj)
-            except ValidationError as exc:
-                raise ValidationError(f"line {lineno}: header.{exc.field}", exc.message) from None
-            continue
-        try:
-            record_type, values = check_record(obj)
-        except ValidationError as exc:
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            label = kind if isinstance(kind, str) and kind in RECORD_TYPES else "record"
-            raise type(exc)(f"line {lineno}: {label}.{exc.field}", exc.message) from None
-        records.append(Line(lineno, record_type, values))
-    if source is None:
-        raise _fail(1, "", "the file is empty: expected a popagent-export header line")
+        if len(raw) > LINE_CAP:
+            raise line_error(
+                lineno, f"is longer than {LINE_CAP:,} bytes, the most a record may take"
+            )
+        yield lineno, raw
+
+
+def _batches(
+    numbered: Iterator[tuple[int, RawLine]],
+) -> Iterator[tuple[int, list[tuple[int, RawLine]]]]:
+    """Batches of at most ``BATCH_LINES`` lines and about ``BATCH_BYTES``; with their size."""
+    batch: list[tuple[int, RawLine]] = []
+    size = 0
+    for item in numbered:
+        batch.append(item)
+        size += len(item[1])
+        if len(batch) >= BATCH_LINES or size >= BATCH_BYTES:
+            yield size, batch
+            batch, size = [], 0
+    if batch:
+        yield size, batch
+
+
+def parse_export(lines: Iterable[RawLine]) -> tuple[str, list[Line]]:
+    """The exported resource ID and every checked record, all in memory (for tools and
+    tests; ``import_resource`` streams); ``ValidationError`` on the first bad line. The
+    references between records are not checked here."""
+    numbered = _numbered(lines)
+    source = _header(numbered)
+    records = [line for n, raw in numbered if (line := check_line(n, raw)) is not None]
     return source, records
 
 
-def _unique(lines: list[Line], field: str, key: Any = None) -> dict[Any, Line]:
-    seen: dict[Any, Line] = {}
-    for line in lines:
-        value = key(line) if key else line.values[field]
-        if value is None:
-            continue
-        if value in seen:
-            raise _fail(line, field, f"repeats line {seen[value].lineno}")
-        seen[value] = line
-    return seen
+def _header(numbered: Iterator[tuple[int, RawLine]]) -> str:
+    for lineno, raw in numbered:
+        source = _check_header_line(lineno, raw)
+        if source is not None:
+            return source
+    raise line_error(1, "the file is empty: expected a popagent-export header line")
 
 
-def _check_references(by_type: dict[str, list[Line]]) -> None:
+# --- staging --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Staged:
+    """What staging learnt besides the rows: the settings record (one at most)."""
+
+    settings: tuple[int, MemorySettings] | None = None
+    second_settings: int | None = None
+
+
+async def _copy(conn: Conn, batch: _Batch, staged: _Staged) -> None:
+    for lineno, settings in batch.settings:
+        if staged.settings is None:
+            staged.settings = (lineno, settings)
+        elif staged.second_settings is None:
+            staged.second_settings = lineno
+    for record_type, rows in batch.copy.items():
+        try:
+            async with conn.cursor().copy(sql.copy_statement(record_type)) as copy:
+                await copy.write("".join(rows))
+        except psycopg.errors.DataError as exc:
+            raise _refused_value(exc, batch) from None
+
+
+def _refused_value(exc: psycopg.errors.DataError, batch: _Batch) -> ValidationError:
+    """A value the database refused while staging, named by its line when it can be."""
+    reason = exc.diag.message_primary or type(exc).__name__
+    found = _COPY_CONTEXT.search(exc.diag.context or "")
+    if found is not None:
+        record_type, row, column = found.group(1), int(found.group(2)), found.group(3)
+        linenos = batch.lines.get(record_type, [])
+        if 1 <= row <= len(linenos):
+            return _fail(
+                linenos[row - 1], record_type, column or "record", f"is refused ({reason})"
+            )
+    return ValidationError("file", f"a value is refused by the database ({reason})")
+
+
+async def _stage(conn: Conn, numbered: Iterator[tuple[int, RawLine]]) -> _Staged:
+    """Check the lines batch by batch, a few batches at once off the event loop, and
+    copy each into the staging tables in file order (so the first bad line is the one
+    reported)."""
+    staged = _Staged()
+    pending: deque[asyncio.Future[_Batch]] = deque()
+    try:
+        for size, batch in _batches(numbered):
+            pending.append(asyncio.ensure_future(off_loop(size, check_batch, batch)))
+            while len(pending) >= _IN_FLIGHT or (pending and pending[0].done()):
+                await _copy(conn, await pending.popleft(), staged)
+        while pending:
+            await _copy(conn, await pending.popleft(), staged)
+    finally:
+        for future in pending:
+            future.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    return staged
+
+
+async def _check_references(conn: Conn, staged: _Staged) -> None:
     """What one record may say of another, checked across the whole file."""
-    if len(by_type["settings"]) > 1:
-        raise _fail(by_type["settings"][1], "settings", "appears more than once")
-    sessions = _unique(by_type["session"], "session_id")
-    for record_type in ("turn", "message", "observation_log", "observation_group"):
-        for line in by_type[record_type]:
-            if line.values["session_id"] not in sessions:
-                raise _fail(line, "session_id", "names no session record of this file")
-    _unique(by_type["observation_actor"], "session_id")
-    for line in by_type["observation_actor"]:
-        if line.values["session_id"] not in sessions:
-            raise _fail(line, "session_id", "names no session record of this file")
-    turns = _unique(by_type["turn"], "turn_id")
-    for line in by_type["message"]:
-        turn = turns.get(line.values["turn_id"])
-        if line.values["turn_id"] is not None and (
-            turn is None or turn.values["session_id"] != line.values["session_id"]
-        ):
-            raise _fail(line, "turn_id", "names no turn record of this message's session")
-    _unique(by_type["message"], "id")
-    logs = _unique(by_type["observation_log"], "id")
-    _unique(
-        by_type["observation_log"],
-        "generation",
-        key=lambda x: (x.values["session_id"], x.values["generation"]),
-    )
-    for line in by_type["observation_group"]:
-        log = logs.get(line.values["log_id"])
-        if log is None or log.values["session_id"] != line.values["session_id"]:
-            raise _fail(line, "log_id", "names no observation_log of this group's session")
-    _unique(by_type["observation_group"], "id")
-    facts = _unique(by_type["fact"], "id")
-    _unique(by_type["fact"], "key")
-    _unique(
-        by_type["fact"],
-        "content",
-        key=lambda x: x.values["sha"] if x.values["key"] is None else None,
-    )
-    _unique(
-        by_type["fact_version"],
-        "version",
-        key=lambda x: (x.values["fact_id"], x.values["version"]),
-    )
-    for line in by_type["fact_version"]:
-        fact = facts.get(line.values["fact_id"])
-        if fact is not None and line.values["version"] >= fact.values["version"]:
-            raise _fail(line, "version", "must be below the current version of its fact")
-    _unique(by_type["episode"], "id")
-    _unique(by_type["secret"], "name")
+    if staged.second_settings is not None:
+        raise _fail(staged.second_settings, "settings", "settings", "appears more than once")
+    for check, name in sql.CHECKS:
+        if check == "duplicate":
+            record_type, column, key, where = sql.DUPLICATES[name]
+            row = await sql.first_line(conn, sql.duplicate_query(record_type, key, where))
+            if row is not None:
+                raise _fail(row["lineno"], record_type, column, f"repeats line {row['first']}")
+        else:
+            record_type, column, message, query = sql.ORPHANS[name]
+            row = await sql.first_line(conn, query)
+            if row is not None:
+                raise _fail(row["lineno"], record_type, column, message)
 
 
-def _nearest(ids: list[int], value: int | None, mapping: dict[int, int], *, up: bool) -> int | None:
-    """The target id of source message ``value``, or of its nearest neighbour in the
-    session (the next one for a range's start, the previous one otherwise)."""
-    if value is None:
-        return None
-    if value in mapping:
-        return mapping[value]
-    at = bisect.bisect_left(ids, value) if up else bisect.bisect_right(ids, value) - 1
-    if 0 <= at < len(ids):
-        return mapping.get(ids[at])
-    return None
+# --- writing --------------------------------------------------------------------------------
 
 
 class _Writer:
     """One import's writes on one connection, inside the caller's transaction."""
 
-    def __init__(self, conn: Conn, target: str, by_type: dict[str, list[Line]]) -> None:
+    def __init__(self, conn: Conn, target: str) -> None:
         self.conn = conn
         self.target = target
-        self.by_type = by_type
+        self.params = {"resource_id": target}
         self.tally = Tally()
-        self.messages: dict[int, int] = {}
-        self.turns: dict[int, int] = {}
+        self.step = "settings"  # what is being written, for a conflict's message
 
-    def provenance(self, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` with its turn and message ids mapped to the target's, or dropped."""
-        message_ids = [self.messages[m] for m in values["message_ids"] if m in self.messages]
-        return {
-            **values,
-            "turn_id": self.turns.get(values["turn_id"]) if values["turn_id"] else None,
-            "message_ids": message_ids or None,
-        }
+    async def _run(self, query: Any, params: dict[str, Any] | None = None) -> None:
+        await self.conn.execute(query, {**self.params, **(params or {})})
 
-    async def settings(self) -> None:
-        for line in self.by_type["settings"]:
-            wanted = line.values["settings"]
-            await settings_sql.insert_default_row(self.conn, self.target)
-            row = await settings_sql.select_settings(self.conn, self.target, for_update=True)
-            assert row is not None, "the row was just ensured"
-            current = settings_from_row(self.target, row)
-            if current.version > 0 and current.settings == wanted:
-                self.tally.add("settings", "unchanged")
-                continue
-            await settings_sql.write_settings(self.conn, self.target, settings_to_row(wanted))
-            self.tally.add("settings", "added" if current.version == 0 else "updated")
+    async def _count(self, query: Any, params: dict[str, Any] | None = None) -> int:
+        return int(await sql.scalar(self.conn, query, {**self.params, **(params or {})}) or 0)
 
-    async def sessions(self) -> None:
-        children: dict[str, dict[str, list[Line]]] = defaultdict(lambda: defaultdict(list))
-        for record_type in ("turn", "message", "observation_log", "observation_group"):
-            for line in self.by_type[record_type]:
-                children[line.values["session_id"]][record_type].append(line)
-        for line in self.by_type["observation_actor"]:
-            children[line.values["session_id"]]["observation_actor"].append(line)
-        for line in self.by_type["session"]:
-            own = children[line.values["session_id"]]
-            if await sql.insert_session(self.conn, self.target, line.values):
-                self.tally.add("session", "added")
-                await self._write_session(own)
-            else:
-                await self._match_session(line.values["session_id"], own)
+    async def _tally(self, record_type: str, query: Any) -> None:
+        for row in await sql.outcomes(self.conn, query, self.params):
+            self.tally.add(record_type, row["outcome"], row["n"])
 
-    async def _write_session(self, own: dict[str, list[Line]]) -> None:
-        conn, target = self.conn, self.target
-        for line in sorted(own["turn"], key=lambda x: x.values["turn_id"]):
-            values = {k: v for k, v in line.values.items() if k != "turn_id"}
-            self.turns[line.values["turn_id"]] = await sql.insert_turn(conn, target, values)
-            self.tally.add("turn", "added")
-        ids = sorted(line.values["id"] for line in own["message"])
-        for line in sorted(own["message"], key=lambda x: x.values["id"]):
-            values = {k: v for k, v in line.values.items() if k != "id"}
-            values["turn_id"] = self.turns.get(values["turn_id"]) if values["turn_id"] else None
-            self.messages[line.values["id"]] = await sql.insert_message(conn, target, values)
-            self.tally.add("message", "added")
-        logs: dict[int, int] = {}
-        for line in sorted(own["observation_log"], key=lambda x: x.values["generation"]):
-            values = dict(line.values)
-            values["last_observed_message_id"] = _nearest(
-                ids, values["last_observed_message_id"], self.messages, up=False
-            )
-            logs[values["id"]] = await sql.insert_log(conn, target, values)
-            self.tally.add("observation_log", "added")
-        groups: dict[int, int] = {}
-        for line in sorted(own["observation_group"], key=lambda x: x.values["id"]):
-            values = dict(line.values)
-            first = _nearest(ids, values["first_message_id"], self.messages, up=True)
-            last = _nearest(ids, values["last_message_id"], self.messages, up=False)
-            # A range whose messages are not in the file keeps its source pointers.
-            values["first_message_id"] = first or values["first_message_id"]
-            values["last_message_id"] = max(last or values["last_message_id"], first or 0)
-            values["log_id"] = logs[values["log_id"]]
-            groups[values["id"]] = await sql.insert_group(conn, target, values)
-            self.tally.add("observation_group", "added")
-        for line in own["observation_log"]:
-            covered = [groups[g] for g in line.values["covered_group_ids"] if g in groups]
-            if covered:
-                await sql.set_covered_groups(conn, target, logs[line.values["id"]], covered)
-        for line in own["observation_actor"]:
-            await sql.insert_actor(conn, target, line.values)
-            self.tally.add("observation_actor", "added")
-
-    async def _match_session(self, session_id: str, own: dict[str, list[Line]]) -> None:
-        """A session the target holds already is never merged: ``unchanged`` when its
-        messages equal the file's (role, content, parts, item; their ids then map onto
-        the stored ones), else
-        ``skipped`` with every record of it."""
-        stored = await sql.session_messages(self.conn, self.target, session_id)
-        lines = sorted(own["message"], key=lambda x: x.values["id"])
-        same = [(r["role"], r["content"], r["parts"], r["item"]) for r in stored] == [
-            (x.values["role"], x.values["content"], x.values["parts"], x.values["item"])
-            for x in lines
-        ]
-        outcome = "unchanged" if same else "skipped"
-        self.tally.add("session", outcome)
-        for record_type, records in own.items():
-            if records:
-                self.tally.add(record_type, outcome, len(records))
-        if not same:
-            self.tally.skipped_sessions.append(session_id)
+    async def settings(self, staged: _Staged) -> None:
+        if staged.settings is None:
             return
-        self.messages.update(
-            zip((x.values["id"] for x in lines), (r["id"] for r in stored), strict=True)
-        )
-        turns = await sql.session_turns(self.conn, self.target, session_id)
-        file_turns = sorted(x.values["turn_id"] for x in own["turn"])
-        if len(turns) == len(file_turns):
-            self.turns.update(zip(file_turns, turns, strict=True))
+        wanted = staged.settings[1]
+        await settings_sql.insert_default_row(self.conn, self.target)
+        row = await settings_sql.select_settings(self.conn, self.target, for_update=True)
+        assert row is not None, "the row was just ensured"
+        current = settings_from_row(self.target, row)
+        if current.version > 0 and current.settings == wanted:
+            self.tally.add("settings", "unchanged")
+            return
+        await settings_sql.write_settings(self.conn, self.target, settings_to_row(wanted))
+        self.tally.add("settings", "added" if current.version == 0 else "updated")
 
-    async def facts(self) -> dict[int, int | None]:
-        """Write or match every fact; the target id of each source fact whose versions
-        may follow (``None``: a matched fact with another history; its versions are skipped)."""
-        targets: dict[int, int | None] = {}
-        for line in self.by_type["fact"]:
-            v = line.values
-            found = await sql.find_fact(self.conn, self.target, v["key"], v["sha"])
-            if found is None:
-                params = self.provenance({k: x for k, x in v.items() if k != "id"})
-                targets[v["id"]] = await sql.insert_fact(self.conn, self.target, params)
-                self.tally.add("fact", "added")
-                continue
-            value = (found["content_sha256"], found["importance"], found["expires_at"])
-            if value != (v["sha"], v["importance"], v["expires_at"]):
-                field = "key" if v["key"] is not None else "content"
-                raise ConflictError(
-                    f"line {line.lineno}: fact.{field}: resource {self.target!r} already "
-                    f"holds a different value for this fact (fact {found['id']}); the import "
-                    "never overwrites one: change or delete it there first, or import into "
-                    "another resource"
-                )
-            targets[v["id"]] = found["id"] if found["version"] == v["version"] else None
-            self.tally.add("fact", "unchanged")
-        return targets
+    async def sessions(self, sequences: dict[str, str]) -> None:
+        self.step = "sessions"
+        await self._run(sql.ADD_SESSIONS)
+        await self._run(sql.MATCH_SESSIONS)
+        await self._run(sql.ANALYZE_SESSIONS)
+        await self._run(sql.MAP_MATCHED_MESSAGES)
+        await self._run(sql.MAP_MATCHED_TURNS)
+        for record_type in ("turn", "message", "observation_log", "observation_group"):
+            await sql.allocate(self.conn, record_type, sequences[record_type])
+        for statement in (
+            sql.INSERT_TURNS,
+            sql.INSERT_MESSAGES,
+            sql.INSERT_LOGS,
+            sql.INSERT_GROUPS,
+            sql.INSERT_ACTORS,
+        ):
+            await self._run(statement)
+        await self._tally("session", sql.SESSION_OUTCOMES)
+        for record_type in (
+            "turn",
+            "message",
+            "observation_log",
+            "observation_group",
+            "observation_actor",
+        ):
+            await self._tally(record_type, sql.child_outcomes(record_type))
+        cur = await self.conn.execute(sql.SKIPPED_SESSIONS)
+        self.tally.skipped_sessions.extend(row["session_id"] for row in await cur.fetchall())
 
-    async def fact_versions(self, facts: dict[int, int | None]) -> None:
-        by_fact: dict[int, list[Line]] = defaultdict(list)
-        for line in self.by_type["fact_version"]:
-            by_fact[line.values["fact_id"]].append(line)
-        for source_id, lines in by_fact.items():
-            lines.sort(key=lambda x: x.values["version"])
-            if source_id in facts:
-                target_id = facts[source_id]
-                if target_id is None:
-                    self.tally.add("fact_version", "skipped", len(lines))
-                    continue
-            else:
-                first = lines[0].values
-                target_id = await sql.find_deleted_fact_id(
-                    self.conn,
-                    self.target,
-                    version=first["version"],
-                    sha=first["sha"],
-                    valid_from=first["valid_from"],
-                ) or await sql.reserve_fact_id(self.conn)
-            for line in lines:
-                params = self.provenance({**line.values, "fact_id": target_id})
-                added = await sql.insert_fact_version(self.conn, self.target, params)
-                self.tally.add("fact_version", "added" if added else "unchanged")
+    async def facts(self, sequence: str, total: int) -> None:
+        self.step = "facts"
+        await self._run(sql.MATCH_KEYED_FACTS)
+        await self._run(sql.MATCH_KEYLESS_FACTS)
+        conflict = await sql.first_line(self.conn, sql.FIRST_CONFLICT)
+        if conflict is not None:
+            field = "key" if conflict["key"] is not None else "content"
+            raise ConflictError(
+                f"line {conflict['lineno']}: fact.{field}: resource {self.target!r} already "
+                f"holds a different value for this fact (fact {conflict['target_id']}); the "
+                "import never overwrites one: change or delete it there first, or import "
+                "into another resource"
+            )
+        await sql.allocate(self.conn, "fact", sequence)
+        added = await self._count(sql.INSERT_FACTS)
+        self._add("fact", added=added, unchanged=total - added)
 
-    async def episodes(self) -> None:
-        for line in self.by_type["episode"]:
-            params = self.provenance({k: x for k, x in line.values.items() if k != "id"})
-            added = await sql.insert_episode(self.conn, self.target, params)
-            self.tally.add("episode", "added" if added else "unchanged")
+    async def fact_versions(self, sequence: str, total: int) -> None:
+        self.step = "fact versions"
+        await self._run(sql.TARGET_FILED_VERSIONS)
+        await self._run(sql.TARGET_DELETED_VERSIONS, {"sequence": sequence})
+        added = await self._count(sql.INSERT_FACT_VERSIONS)
+        skipped = await self._count(sql.FACT_VERSIONS_SKIPPED)
+        self._add("fact_version", added=added, unchanged=total - added - skipped, skipped=skipped)
+
+    async def episodes(self, total: int) -> None:
+        self.step = "episodes"
+        added = await self._count(sql.INSERT_EPISODES)
+        self._add("episode", added=added, unchanged=total - added)
 
     async def secrets(self) -> None:
-        for line in self.by_type["secret"]:
-            v = line.values
-            if await sql.insert_secret(self.conn, self.target, v):
-                self.tally.add("secret", "added")
-                continue
-            stored = await sql.secret_ciphertext(self.conn, self.target, v["name"])
-            same = stored is not None and (
-                bytes(stored["ciphertext"]),
-                bytes(stored["nonce"]),
-                stored["key_id"],
-            ) == (v["ciphertext"], v["nonce"], v["key_id"])
-            self.tally.add("secret", "unchanged" if same else "skipped")
+        self.step = "secrets"
+        await self._run(sql.ADD_SECRETS)
+        await self._run(sql.MATCH_SECRETS)
+        await self._tally("secret", sql.SECRET_OUTCOMES)
+
+    def _add(self, record_type: str, **outcomes: int) -> None:
+        for outcome, n in outcomes.items():
+            if n:
+                self.tally.add(record_type, outcome, n)
+
+    def report(self, *, dry_run: bool) -> ImportReport:
+        ordered = Tally(
+            counts={t: self.tally.counts[t] for t in RECORD_TYPES if t in self.tally.counts},
+            skipped_sessions=self.tally.skipped_sessions,
+        )
+        return ImportReport.of((self.target,), ordered, dry_run=dry_run)
+
+
+@asynccontextmanager
+async def _database_errors(target: str, writer: list[_Writer]) -> AsyncIterator[None]:
+    """The database's refusals said as popagent's errors (never a traceback)."""
+    try:
+        yield
+    except psycopg.errors.IntegrityError as exc:
+        # A concurrent writer took a key or content between the lookups and the writes.
+        # Said by what was being written: a distributed table (Citus) reports no
+        # constraint name.
+        step = writer[0].step if writer else "records"
+        raise ConflictError(
+            f"the import met a concurrent change of resource {target!r} while writing "
+            f"its {step} ({_INTEGRITY.get(type(exc), 'a constraint failed')}); nothing "
+            "was written, run it again"
+        ) from exc
+    except psycopg.errors.DataError as exc:
+        raise ValidationError(
+            "file",
+            f"a value is refused by the database ({exc.diag.message_primary}); nothing was written",
+        ) from exc
 
 
 async def import_resource(
     pool: Pool,
-    lines: Iterable[str],
+    lines: Iterable[RawLine] | IO[bytes] | IO[str],
     *,
     resource_id: str | None = None,
     dry_run: bool = False,
 ) -> ImportReport:
-    """Import an export's lines into ``resource_id`` (default: the exported resource).
+    """Import an export into ``resource_id`` (default: the exported resource).
 
-    Checks every line first, then writes in one transaction (rolled back
-    afterwards with ``dry_run``, which reports what an import would do).
-    ``ValidationError`` names the bad line and field; ``ConflictError`` a fact
-    whose key the target holds with another value. Either way nothing is written.
-    Embeddings are not part of an export: run ``popagent embed`` afterwards.
+    ``lines`` is the file's lines (``str``, or ``bytes`` of UTF-8), or an open file,
+    binary or text, which is read line by line: memory stays bounded whatever its
+    size. Checks every line and every reference between records, then writes, all
+    in one transaction (rolled back afterwards with ``dry_run``, which reports what
+    an import would do). ``ValidationError`` names the bad line and field;
+    ``ConflictError`` a fact whose key the target holds with another value. Either
+    way nothing is written. Embeddings are not part of an export: the imported
+    memories wait for their vectors (``popagent_pending_vectors``), which a vector
+    worker writes after the commit (a server's, or ``LongTermMemory.wait_for_vectors``,
+    or ``popagent embed``).
     """
-    source, records = parse_export(lines)
+    numbered = _numbered(lines)
+    source = _header(numbered)
     target = source if resource_id is None else check_id("resource_id", resource_id)
-    by_type: dict[str, list[Line]] = {t: [] for t in RECORD_TYPES}
-    for line in records:
-        by_type[line.type].append(line)
-    _check_references(by_type)
-    if by_type["secret"] and target != source:
-        raise _fail(
-            by_type["secret"][0],
-            "name",
-            f"secrets are sealed for resource {source!r} and decrypt only there: import "
-            f"into {source!r}, or export without --include-secrets",
-        )
-    async with pool.connection() as conn:
-        try:
-            async with conn.transaction(force_rollback=dry_run):
-                writer = _Writer(conn, target, by_type)
-                await writer.settings()
-                await writer.sessions()
-                facts = await writer.facts()
-                await writer.fact_versions(facts)
-                await writer.episodes()
-                await writer.secrets()
-        except psycopg.errors.IntegrityError as exc:
-            # A concurrent writer took a key or content between the lookups and the writes.
-            raise ConflictError(
-                f"the import met a concurrent change of resource {target!r} "
-                f"({exc.diag.constraint_name or type(exc).__name__}); nothing was written, "
-                "run it again"
-            ) from exc
-    return ImportReport.of((target,), writer.tally, dry_run=dry_run)
+    writers: list[_Writer] = []
+    async with (
+        pool.connection() as conn,
+        _database_errors(target, writers),
+        conn.transaction(force_rollback=dry_run),
+    ):
+        await sql.create_staging(conn)
+        staged = await _stage(conn, numbered)
+        await sql.index_staging(conn)
+        await _check_references(conn, staged)
+        totals = await sql.totals(conn)
+        if totals["secret"] and target != source:
+            row = await sql.first_line(conn, sql.FIRST_SECRET)
+            assert row is not None
+            raise _fail(
+                row["lineno"],
+                "secret",
+                "name",
+                f"secrets are sealed for resource {source!r} and decrypt only there: "
+                f"import into {source!r}, or export without --include-secrets",
+            )
+        sequences = await sql.sequences(conn)
+        writer = _Writer(conn, target)
+        writers.append(writer)
+        await writer.settings(staged)
+        await writer.sessions(sequences)
+        await writer.facts(sequences["fact"], totals["fact"])
+        await writer.fact_versions(sequences["fact"], totals["fact_version"])
+        await writer.episodes(totals["episode"])
+        await writer.secrets()
+    return writer.report(dry_run=dry_run)

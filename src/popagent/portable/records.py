@@ -1,12 +1,19 @@
 """The records of the export format (docs/export-format.md): writing them and checking them.
 
 ``to_line`` turns one exported row into its JSON line; ``check_record`` turns
-one parsed line back into the values an import writes, applying the rules of
-today's write paths (``popagent.memory.validation``, the thread store's
-checks): fact content and keys are normalized and a credential in them is
-refused; message and episode text has its credentials redacted, as when it
-was first written. Each check raises ``ValidationError`` naming the field;
-``popagent.portable.importer`` adds the line number.
+one parsed line back into the values an import writes, through the checks and
+screens of the normal write paths themselves, not copies of them:
+``memory.validation`` for facts (content and keys normalized, a credential
+refused), ``threads.service.screen_message`` for a message's content and parts,
+``threads.items.check_item``/``screen_item`` for its framework item,
+``threads.service.check_title``/``screen_metadata`` for a session, and the
+credential screen (``credentials.redacted``, as ``observe.writes`` applies it)
+for episodes, observations and actors. Each check raises ``ValidationError``
+naming the field; ``popagent.portable.importer`` adds the line number.
+
+Records are as strict as the API's bodies: a field a record type does not
+have (``FIELDS``) is refused, never ignored, and values are never coerced
+(``"0.5"`` is no importance, ``true`` no id).
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from ..checks import check_id, check_text, is_blank
-from ..credentials import redact_credentials
+from ..checks import check_id, check_new_session_id, check_text, is_blank
+from ..credentials import redacted
 from ..errors import ValidationError
 from ..memory.longterm import sha256_hex
 from ..memory.validation import (
@@ -38,17 +45,20 @@ from ..threads.items import check_item, screen_item
 from ..threads.service import (
     MESSAGE_CAP,
     check_json_object,
-    check_parts,
     check_title,
-    screen_part,
+    screen_message,
+    screen_metadata,
 )
 
 __all__ = [
+    "FIELDS",
     "FORMAT",
     "FORMAT_VERSION",
+    "HEADER_FIELDS",
     "RECORD_TYPES",
     "check_header",
     "check_record",
+    "check_unicode",
     "header",
     "now",
     "to_line",
@@ -74,6 +84,48 @@ RECORD_TYPES = (
 EPISODE_CAP = USER_TEXT_CAP + ASSISTANT_TEXT_CAP + len("User: \nAssistant: ")
 ACTOR_CAP = 512
 _BIGINT_MAX = 2**63 - 1
+#: Counts, generations and versions are 32-bit columns.
+_INT_MAX = 2**31 - 1
+_PROVENANCE_FIELDS = ("origin", "turn_id", "message_ids", "tool_call_id")
+#: The fields of each record type besides ``type``: exactly what an export writes.
+FIELDS: dict[str, frozenset[str]] = {
+    "settings": frozenset({"settings"}),
+    "session": frozenset({"session_id", "title", "metadata", "created_at", "updated_at"}),
+    "turn": frozenset({"session_id", "turn_id", "status", "started_at", "ended_at"}),
+    "message": frozenset(
+        {"session_id", "id", "turn_id", "role", "content", "parts", "item", "created_at"}
+    ),
+    "observation_log": frozenset(
+        {"session_id", "id", "generation", "origin", "observations", "observation_tokens"}
+        | {"last_observed_message_id", "covered_group_ids", "next_reflection_tokens"}
+        | {"created_at", "updated_at"}
+    ),
+    "observation_group": frozenset(
+        {"session_id", "id", "log_id", "kind", "status", "first_message_id", "last_message_id"}
+        | {"observations", "observation_tokens", "message_tokens", "created_at"}
+    ),
+    "observation_actor": frozenset({"session_id", "actor", "recorded_at"}),
+    "fact": frozenset(
+        {"id", "key", "content", "content_sha256", "importance", "session_id", "expires_at"}
+        | {"version", "created_at", "updated_at", *_PROVENANCE_FIELDS}
+    ),
+    "fact_version": frozenset(
+        {"fact_id", "version", "key", "content", "content_sha256", "importance", "expires_at"}
+        | {"session_id", "valid_from", "valid_to", "ended", "ended_origin", "ended_session_id"}
+        | set(_PROVENANCE_FIELDS)
+    ),
+    "episode": frozenset(
+        {"id", "session_id", "content", "content_sha256", "importance", "created_at"}
+        | set(_PROVENANCE_FIELDS)
+    ),
+    "secret": frozenset(
+        {"name", "ciphertext", "nonce", "key_id", "created_at", "updated_at", "last_used_at"}
+        | {"expires_at"}
+    ),
+}
+HEADER_FIELDS = frozenset({"format", "version", "resource_id", "exported_at", "popagent_version"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SECRET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -124,17 +176,31 @@ def _get(obj: dict[str, Any], name: str, optional: bool) -> Any:
     return value
 
 
-def _int(obj: dict[str, Any], name: str, *, low: int = 1, optional: bool = False) -> Any:
+def _int(
+    obj: dict[str, Any],
+    name: str,
+    *,
+    low: int = 1,
+    high: int = _BIGINT_MAX,
+    optional: bool = False,
+) -> Any:
     value = _get(obj, name, optional)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _BIGINT_MAX:
-        raise ValidationError(name, f"must be an integer from {low} to {_BIGINT_MAX}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(name, f"must be an integer from {low} to {high}")
     return value
 
 
+def _count(obj: dict[str, Any], name: str, *, low: int = 0) -> Any:
+    """A 32-bit count, generation or version."""
+    return _int(obj, name, low=low, high=_INT_MAX)
+
+
 def _ids(obj: dict[str, Any], name: str, cap: int | None = None) -> list[int]:
-    value = obj.get(name) or []
+    value = obj.get(name)
+    if value is None:
+        value = []
     if not isinstance(value, list) or (cap is not None and len(value) > cap):
         limit = f" of at most {cap}" if cap is not None else ""
         raise ValidationError(name, f"must be a list{limit} of positive integers")
@@ -209,9 +275,18 @@ def _provenance(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _sha(obj: dict[str, Any]) -> None:
+    """``content_sha256`` is read for its form only: the import hashes the content it
+    writes (normalized or redacted on the way) itself."""
+    value = obj.get("content_sha256")
+    if value is not None and not (isinstance(value, str) and _SHA256.fullmatch(value)):
+        raise ValidationError("content_sha256", "must be 64 lower-case hex digits")
+
+
 def _fact_value(obj: dict[str, Any]) -> dict[str, Any]:
     """The value fields a fact and a fact version share, normalized as a write would."""
     content = normalize_fact_content(_get(obj, "content", False))
+    _sha(obj)
     return {
         "key": normalize_key(obj.get("key")),
         "content": content,
@@ -234,10 +309,13 @@ def _settings(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _session_record(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
     return {
-        "session_id": _session(obj),
+        # A new session: the identifier rule of every surface that creates one.
+        "session_id": check_new_session_id(_get(obj, "session_id", False)),
         "title": check_title(obj.get("title")),
-        "metadata": check_json_object("metadata", obj.get("metadata") or {}),
+        # ``ThreadStore.create_session``'s screen: keys and values redacted.
+        "metadata": screen_metadata({} if metadata is None else metadata),
         "created_at": _time(obj, "created_at"),
         "updated_at": _time(obj, "updated_at"),
     }
@@ -258,21 +336,22 @@ def _turn(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message(obj: dict[str, Any]) -> dict[str, Any]:
-    parts = obj.get("parts") or []
-    if not isinstance(parts, list):
+    parts = obj.get("parts")
+    if parts is None:
+        parts = []
+    elif not isinstance(parts, list):
         raise ValidationError("parts", "must be a list of objects")
-    content = _text(obj, "content", cap=MESSAGE_CAP) if obj.get("content") is not None else ""
     role = _choice(obj, "role", get_args(Role))
-    checked = check_parts(parts)
-    if role == "user" and not checked and is_blank(content):
-        raise ValidationError("content", "must not be empty in a user message without parts")
+    content = obj.get("content")
+    # ``ThreadStore.append_message``'s check and screen (MESSAGE_CAP characters).
+    content, screened = screen_message(role, "" if content is None else content, parts)
     return {
         "session_id": _session(obj),
         "id": _int(obj, "id"),
         "turn_id": _int(obj, "turn_id", optional=True),
         "role": role,
-        "content": redact_credentials(content)[0],
-        "parts": [screen_part(p) for p in checked],
+        "content": content,
+        "parts": screened,
         "item": _item(obj.get("item")),
         "created_at": _time(obj, "created_at"),
     }
@@ -291,17 +370,22 @@ def _item(value: object) -> dict[str, Any] | None:
     return screened
 
 
+def _observations(obj: dict[str, Any]) -> str:
+    # ``observe.writes``' screen of every observations text the engine stores.
+    return redacted(_text(obj, "observations", cap=MESSAGE_CAP))
+
+
 def _observation_log(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "session_id": _session(obj),
         "id": _int(obj, "id"),
-        "generation": _int(obj, "generation", low=0),
+        "generation": _count(obj, "generation"),
         "origin": _choice(obj, "origin", ("observation", "reflection")),
-        "observations": redact_credentials(_text(obj, "observations", cap=MESSAGE_CAP))[0],
-        "observation_tokens": _int(obj, "observation_tokens", low=0),
+        "observations": _observations(obj),
+        "observation_tokens": _count(obj, "observation_tokens"),
         "last_observed_message_id": _int(obj, "last_observed_message_id", optional=True),
         "covered_group_ids": _ids(obj, "covered_group_ids"),
-        "next_reflection_tokens": _int(obj, "next_reflection_tokens", low=0),
+        "next_reflection_tokens": _count(obj, "next_reflection_tokens"),
         "created_at": _time(obj, "created_at"),
         "updated_at": _time(obj, "updated_at"),
     }
@@ -319,9 +403,9 @@ def _observation_group(obj: dict[str, Any]) -> dict[str, Any]:
         "status": _choice(obj, "status", ("active", "buffered")),
         "first_message_id": first,
         "last_message_id": last,
-        "observations": redact_credentials(_text(obj, "observations", cap=MESSAGE_CAP))[0],
-        "observation_tokens": _int(obj, "observation_tokens", low=0),
-        "message_tokens": _int(obj, "message_tokens", low=0),
+        "observations": _observations(obj),
+        "observation_tokens": _count(obj, "observation_tokens"),
+        "message_tokens": _count(obj, "message_tokens"),
         "created_at": _time(obj, "created_at"),
     }
 
@@ -330,7 +414,11 @@ def _observation_actor(obj: dict[str, Any]) -> dict[str, Any]:
     actor = _text(obj, "actor", cap=ACTOR_CAP)
     if is_blank(actor):
         raise ValidationError("actor", "must not be empty")
-    return {"session_id": _session(obj), "actor": actor, "recorded_at": _time(obj, "recorded_at")}
+    return {
+        "session_id": _session(obj),
+        "actor": redacted(actor),
+        "recorded_at": _time(obj, "recorded_at"),
+    }
 
 
 def _fact(obj: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +427,7 @@ def _fact(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": _int(obj, "id"),
         **_fact_value(obj),
-        "version": _int(obj, "version"),
+        "version": _count(obj, "version", low=1),
         "created_at": _time(obj, "created_at"),
         "updated_at": _time(obj, "updated_at"),
     }
@@ -352,7 +440,7 @@ def _fact_version(obj: dict[str, Any]) -> dict[str, Any]:
     ended_origin = _choice(obj, "ended_origin", ORIGINS)
     return {
         "fact_id": _int(obj, "fact_id"),
-        "version": _int(obj, "version"),
+        "version": _count(obj, "version", low=1),
         **_fact_value(obj),
         "valid_from": valid_from,
         "valid_to": valid_to,
@@ -366,7 +454,8 @@ def _episode(obj: dict[str, Any]) -> dict[str, Any]:
     text = unicodedata.normalize("NFC", _text(obj, "content", cap=EPISODE_CAP)).strip()
     if is_blank(text):
         raise ValidationError("content", "must not be empty")
-    content = redact_credentials(text)[0]
+    content = redacted(text)  # as ``memory.validation.episode_content`` screens each side
+    _sha(obj)
     return {
         "id": _int(obj, "id"),
         "session_id": _session(obj, optional=True),
@@ -415,6 +504,33 @@ _CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def _shown(name: str) -> str:
+    """A field name fit to print: as it is when plain, else JSON-quoted and cut."""
+    return name if _PLAIN_NAME.fullmatch(name) else json.dumps(name[:64])
+
+
+def _only_known(obj: dict[str, Any], known: frozenset[str], what: str) -> None:
+    for name in obj:
+        if name not in known and name != "type":
+            raise ValidationError(
+                _shown(name), f"is not a field of {what} (unknown fields are refused, not ignored)"
+            )
+
+
+def check_unicode(obj: dict[str, Any]) -> None:
+    """Refuse a lone surrogate (an unpaired ``\\ud800`` escape) anywhere in a parsed
+    record, naming its top-level field: PostgreSQL cannot store one. Costly for a large
+    record; the importer calls it only when the line's text holds such an escape."""
+    for name, value in obj.items():
+        try:
+            json.dumps({name: value}, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(
+                _shown(name),
+                "is not valid Unicode (it holds an unpaired surrogate escape such as \\ud800)",
+            ) from None
+
+
 def check_record(obj: object) -> tuple[str, dict[str, Any]]:
     """``(type, values)`` of one parsed line; ``ValidationError`` naming the field."""
     if not isinstance(obj, dict):
@@ -422,7 +538,9 @@ def check_record(obj: object) -> tuple[str, dict[str, Any]]:
     record_type = obj.get("type")
     if record_type not in _CHECKS:
         raise ValidationError("type", f"must be one of {', '.join(RECORD_TYPES)}")
-    return str(record_type), _CHECKS[str(record_type)](obj)
+    kind = str(record_type)
+    _only_known(obj, FIELDS[kind], f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} record")
+    return kind, _CHECKS[kind](obj)
 
 
 def check_header(obj: object) -> str:
@@ -437,6 +555,9 @@ def check_header(obj: object) -> str:
             "version",
             f"is {version}; this popagent reads version {FORMAT_VERSION} (upgrade popagent)",
         )
+    _only_known(obj, HEADER_FIELDS, "the header")
+    _time(obj, "exported_at", optional=True)
+    _text(obj, "popagent_version", optional=True, cap=64)
     return check_id("resource_id", obj.get("resource_id"))
 
 

@@ -15,9 +15,12 @@ Invariants:
 - A backup file appears whole or not at all: ``pg_dump`` writes a temporary
   file beside the target, which is flushed to disk, made private (mode 0600)
   and then renamed (or hard-linked, which never replaces) into place.
-- A restore runs in one transaction (``pg_restore --single-transaction``):
-  every object the archive holds is dropped and recreated with the archive's
-  rows, or, on any error, nothing changes.
+- A restore runs only data: ``inspect_archive`` reads the archive without
+  running any of it (every ``pg_restore --list`` entry and every line of its
+  data script is checked, see ``store.archive``), and ``store.restore`` builds
+  the schema from popagent's own migrations and loads the archive's rows,
+  in one transaction, as a role that can neither run programs nor read or
+  write the server's files. On any error nothing changes.
 - Only popagent archives are restored: the archive must hold the table
   ``popagent_schema_migrations``, and a database whose schema is newer than
   the archive's is refused (its newer objects would outlive the restore and
@@ -33,17 +36,21 @@ import asyncio
 import contextlib
 import os
 import re
+import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
 from ..errors import BackupError, DatabaseError
+from .archive import CopyEnd, CopyRows, CopyStart, DataScript, Event, SequenceSet, TocEntry
+from .archive import migration_rows as _migration_rows
+from .archive import parse_toc as _parse_toc
 
 __all__ = [
     "ArchiveInfo",
@@ -51,11 +58,10 @@ __all__ = [
     "BackupReport",
     "RestoreReport",
     "backup_database",
-    "check_restorable",
     "check_target",
+    "data_events",
     "inspect_archive",
     "other_clients",
-    "restore_database",
     "schema_version",
     "table_counts",
     "tool_path",
@@ -111,12 +117,28 @@ class BackupReport:
 
 @dataclass(frozen=True, slots=True)
 class ArchiveInfo:
-    """A checked popagent archive: its tables, schema version and source server version."""
+    """A checked popagent archive: its tables, schema version and source server version.
+
+    ``entries`` are its ``pg_restore --list`` entries; ``schema`` the schema its
+    popagent tables were in; ``migrations`` the ``(version, name)`` rows of its
+    ``popagent_schema_migrations``; ``copies`` the columns of each table it has
+    rows for, and ``sequences`` the sequences it sets (read from its data script).
+    """
 
     path: Path
     tables: tuple[str, ...]
     schema_version: int
     server_version: str | None
+    entries: tuple[TocEntry, ...] = ()
+    schema: str = "public"
+    migrations: tuple[tuple[int, str], ...] = ()
+    copies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    sequences: tuple[str, ...] = ()
+
+    @property
+    def data_entries(self) -> list[TocEntry]:
+        """The ``TABLE DATA`` entries (``tag`` the table's name)."""
+        return [e for e in self.entries if e.kind == "TABLE DATA"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,36 +337,74 @@ async def backup_database(url: str, target: Path, *, replace: bool = False) -> B
     return BackupReport(target, target.stat().st_size, tables, version)
 
 
-def _migration_versions(copy_text: str) -> list[int]:
-    """The ``version`` column of the migrations table's COPY block in a data-only script."""
-    versions: list[int] = []
-    inside = False
-    for line in copy_text.splitlines():
-        if not inside:
-            inside = line.startswith("COPY ") and MARKER_TABLE in line
-            continue
-        if line == "\\.":
-            break
-        first = line.split("\t", 1)[0]
-        if first.isdigit():
-            versions.append(int(first))
-    return versions
+async def data_events(path: Path, order: Sequence[int] | None = None) -> AsyncIterator[Event]:
+    """The archive's rows and sequence positions, read from ``pg_restore --data-only --file=-``.
+
+    Nothing is run: ``pg_restore`` writes the script to a pipe, and
+    ``archive.DataScript`` turns it into events, refusing any line that is not
+    a row, a sequence position or a harmless line around them. ``order``: the
+    dump ids to read, in this order (a ``--use-list`` file); else all, as listed.
+    ``BackupError`` when ``pg_restore`` fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="popagent-restore-") as folder:
+        args = ["--data-only", "--no-owner", "--no-privileges", "--file=-"]
+        if order is not None:
+            listing = Path(folder) / "order.list"
+            listing.write_text("".join(f"{dump_id};\n" for dump_id in order), encoding="ascii")
+            args.append(f"--use-list={listing}")
+        proc = await asyncio.create_subprocess_exec(
+            str(tool_path("pg_restore")),
+            *args,
+            str(path),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=_tool_env(),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        errors = asyncio.ensure_future(proc.stderr.read())
+        try:
+            script = DataScript()
+            while chunk := await proc.stdout.read(1 << 18):
+                for event in script.feed(chunk):
+                    yield event
+            status = await proc.wait()
+            err = (await errors).decode("utf-8", "replace")
+            if status != 0:
+                raise BackupError(f"pg_restore could not read {path}: {_one_line(err)}")
+            script.close()
+        finally:
+            if proc.returncode is None:
+                # Read to the end rather than kill: pg_restore then exits by itself, and
+                # its exit is reaped by the loop's child watcher alone (a killed child
+                # raced it: "Unknown child process pid").
+                while await proc.stdout.read(1 << 18):
+                    pass
+                await proc.wait()
+            await errors
 
 
 async def inspect_archive(path: Path) -> ArchiveInfo:
     """Check that ``path`` is a popagent backup; its tables and schema version.
 
     Raises ``BackupError`` for a missing file, a file that is no ``pg_dump``
-    archive, and an archive without ``popagent_schema_migrations``.
+    archive, an archive without ``popagent_schema_migrations``, an entry of a
+    kind no popagent backup holds, and a line of its data script that is not a
+    row, a sequence position or one of the harmless lines around them (see
+    ``store.archive``). Nothing in the archive is run.
     """
     path = _absolute(path)
     if not path.is_file():
         raise BackupError(f"{path} does not exist or is not a file")
     status, out, err = await _run_tool("pg_restore", ["--list", str(path)])
     if status != 0:
-        raise BackupError(
-            f"{path} is not a popagent backup (pg_restore cannot read it: {_one_line(err)})"
+        # A damaged table of contents can crash pg_restore (SIGSEGV), which then says nothing.
+        reason = _one_line(err) or (
+            f"it crashed (signal {-status}) without a message: the file is damaged"
+            if status < 0
+            else f"it failed (exit {status}) without a message"
         )
+        raise BackupError(f"{path} is not a popagent backup (pg_restore cannot read it: {reason})")
     tables: list[str] = []
     server: str | None = None
     for line in out.decode("utf-8", "replace").splitlines():
@@ -357,61 +417,38 @@ async def inspect_archive(path: Path) -> ArchiveInfo:
             f"{path} is a PostgreSQL archive but not a popagent backup "
             f"(it holds no {MARKER_TABLE} table); nothing was restored"
         )
-    status, out, err = await _run_tool(
-        "pg_restore", ["--data-only", f"--table={MARKER_TABLE}", "--file=-", str(path)]
+    entries = tuple(_parse_toc(out.decode("utf-8", "replace")))
+    schema = next(e.schema for e in entries if e.kind == "TABLE DATA" and e.tag == MARKER_TABLE)
+    # The data script, read once through without running it: every line is checked,
+    # and the migrations table's rows say which schema the archive's rows fit.
+    copies: dict[str, tuple[str, ...]] = {}
+    sequences: list[str] = []
+    marker_rows: list[bytes] = []
+    current: str | None = None
+    async for event in data_events(path):
+        if isinstance(event, CopyStart):
+            if event.table in copies:
+                raise BackupError(
+                    f"the backup holds the rows of {event.table} twice; nothing was restored"
+                )
+            copies[event.table] = event.columns
+            current = event.table
+        elif isinstance(event, CopyRows):
+            if current == MARKER_TABLE:
+                marker_rows.append(event.data)
+        elif isinstance(event, CopyEnd):
+            current = None
+        elif isinstance(event, SequenceSet):
+            sequences.append(event.sequence)
+    migrations = _migration_rows(b"".join(marker_rows))
+    return ArchiveInfo(
+        path,
+        tuple(sorted(tables)),
+        max((version for version, _name in migrations), default=0),
+        server,
+        entries=entries,
+        schema=schema,
+        migrations=tuple(migrations),
+        copies=copies,
+        sequences=tuple(sequences),
     )
-    if status != 0:
-        raise BackupError(f"pg_restore could not read {path}: {_one_line(err)}")
-    versions = _migration_versions(out.decode("utf-8", "replace"))
-    return ArchiveInfo(path, tuple(sorted(tables)), max(versions, default=0), server)
-
-
-async def check_restorable(url: str, archive: ArchiveInfo) -> int | None:
-    """The target's schema version; refuse a target newer than the archive."""
-    conn = await _connect(url)
-    async with conn:
-        current = await schema_version(conn)
-    if current is not None and current > archive.schema_version:
-        raise BackupError(
-            f"this database is at schema version {current}, newer than the backup's "
-            f"{archive.schema_version}: restore into an empty database (a new --data-dir, "
-            "or a new database for --database-url); popagent upgrades it when it next opens it"
-        )
-    return current
-
-
-async def restore_database(url: str, archive: ArchiveInfo) -> RestoreReport:
-    """Replace every object the archive holds in the database at ``url``, in one transaction.
-
-    The caller has checked the archive (``inspect_archive``), the target
-    (``check_restorable``) and the other clients. Ownership and grants are
-    not restored: the objects belong to the user ``url`` connects as.
-    ``pg_restore``'s own message is in the error when it fails, and the
-    database is then as it was.
-    """
-    env = _tool_env()
-    env["PGOPTIONS"] = f"{env.get('PGOPTIONS', '')} -c lock_timeout={RESTORE_LOCK_TIMEOUT}".strip()
-    status, _out, err = await _run_tool(
-        "pg_restore",
-        [
-            "--clean",
-            "--if-exists",
-            "--single-transaction",
-            "--exit-on-error",
-            "--no-owner",
-            "--no-privileges",
-            "--no-password",
-            f"--dbname={url}",
-            str(archive.path),
-        ],
-        env=env,
-    )
-    if status != 0:
-        raise BackupError(
-            f"pg_restore failed (exit {status}); the database is unchanged: {_one_line(err)}"
-        )
-    conn = await _connect(url)
-    async with conn:
-        version = await schema_version(conn)
-        tables = await table_counts(conn)
-    return RestoreReport(tables, version or 0)

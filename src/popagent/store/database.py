@@ -7,10 +7,33 @@ postmaster dies, see ``supervisor``) and stopped with the pool.
 Failures speak popagent's vocabulary: a server that cannot be reached at
 start, an unparsable URL or a failed migration raises ``DatabaseError``, and so
 does every ``psycopg.OperationalError`` that escapes ``pool.connection()``
-(connection refused or lost, a server shutting down, no connection within the
-checkout timeout, disk full). Other psycopg errors (integrity violations above
-all, which the services catch) pass through unchanged. A caller waits at most
-the checkout timeout (2 s by default) for a connection.
+(connection refused or lost, a server shutting down, disk full). Other psycopg
+errors (integrity violations above all, which the services catch) pass
+through unchanged.
+
+Waiting for a connection is not an outage. A burst larger than the pool waits
+in the pool's queue, in order, and a caller waits
+
+- while the server answers: up to ``queue_timeout`` (``DEFAULT_QUEUE_TIMEOUT``,
+  30 s), and not at all when ``queue_limit`` callers (``DEFAULT_QUEUE_LIMIT``,
+  10,000) already wait; past either it gets ``DatabaseBusyError`` ("busy, retry"),
+  which the server answers with 503 ``database_busy`` and ``Retry-After``;
+- while the server is known away: at most ``checkout_timeout``
+  (``DEFAULT_CHECKOUT_TIMEOUT``, 2 s) from its arrival or from when the server
+  was seen away, whichever is later, then ``DatabaseError`` ("PostgreSQL does
+  not answer"). The pool's ``down_since`` marks it away: set by a connection
+  lost in use, by the embedded server's supervisor, or by a probe; cleared by
+  the next connection used without error. The probe runs when a caller has
+  waited ``checkout_timeout`` and no connection came back to the pool
+  meanwhile (a server that hangs rather than refuses): it opens a connection
+  of its own and runs ``SELECT 1``, within ``checkout_timeout``.
+
+A caller on another event loop than the pool's (a thread running a loop of its
+own, as ``asyncio.run`` or the OpenAI Agents SDK's ``Runner.run_sync`` in a
+worker thread make) cannot use the pool's connections, which belong to the
+pool's loop: it gets a connection of its own for the call, opened and closed on
+its loop, at most ``max_size`` such at a time. Nothing then depends on the
+pool's loop running (it may be blocked waiting for that very thread).
 """
 
 from __future__ import annotations
@@ -18,11 +41,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -30,7 +54,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout, TooManyRequests
 
 from ..defaults import DATABASE_URL_ENV
-from ..errors import DatabaseError
+from ..errors import DatabaseBusyError, DatabaseError
 from .embedded import EmbeddedServer
 from .migrate import apply_migrations
 from .supervisor import supervised
@@ -38,6 +62,9 @@ from .supervisor import supervised
 __all__ = [
     "DATABASE_URL_ENV",
     "DEFAULT_CHECKOUT_TIMEOUT",
+    "DEFAULT_QUEUE_LIMIT",
+    "DEFAULT_QUEUE_TIMEOUT",
+    "DOWN_MESSAGE",
     "SESSION_SETTINGS",
     "Conn",
     "Pool",
@@ -47,8 +74,16 @@ __all__ = [
     "resolve_url",
 ]
 
-#: Seconds a caller waits for a pooled connection before ``DatabaseError``.
+#: Seconds a caller waits for a connection once the server is known away (and the
+#: probe's limit) before ``DatabaseError``.
 DEFAULT_CHECKOUT_TIMEOUT = 2.0
+#: Seconds a caller waits in the pool's queue while the server answers, before
+#: ``DatabaseBusyError``.
+DEFAULT_QUEUE_TIMEOUT = 30.0
+#: Callers that may wait in one pool's queue; the next one gets ``DatabaseBusyError`` at once.
+DEFAULT_QUEUE_LIMIT = 10_000
+
+DOWN_MESSAGE = "PostgreSQL does not answer (it is down or restarting); try again in a few seconds"
 
 # Applied only where the URL sets no connect_timeout: libpq would otherwise wait on an
 # unreachable TCP host for minutes.
@@ -60,6 +95,10 @@ _RECONNECT_TIMEOUT_S = 10.0
 _REFRESH_INTERVAL_S = 1.0
 # How long the background re-check waits for a connection.
 _RECHECK_TIMEOUT_S = 2.0
+# How often a caller on another event loop looks for a free slot for its connection.
+_FOREIGN_POLL_S = 0.01
+# SQLSTATE too_many_connections: the server answers, it is only full.
+_TOO_MANY_CONNECTIONS = "53300"
 
 logger = logging.getLogger("popagent.store")
 
@@ -78,21 +117,27 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
-    """A failure of the connection or the server, not of one statement."""
+    """A failure of the connection or the server, not of one statement (nor of the wait)."""
+    if isinstance(exc, PoolTimeout | TooManyRequests | PoolClosed):
+        return False
     code = exc.sqlstate or ""
-    return isinstance(exc, PoolTimeout) or not code or code.startswith(("08", "57P"))
+    return not code or code.startswith(("08", "57P"))
 
 
 def database_error(exc: psycopg.OperationalError) -> DatabaseError:
-    """``exc`` as popagent's ``DatabaseError``, with a message that names no data."""
+    """``exc`` as popagent's ``DatabaseError``, with a message that names no data.
+
+    A ``PoolTimeout`` here is a wait for a server known away (``Pool`` turns a
+    wait in line into ``DatabaseBusyError`` itself), ``TooManyRequests`` a full
+    queue.
+    """
     code = exc.sqlstate or ""
     if isinstance(exc, PoolTimeout):
-        message = (
-            "the database did not answer in time (PostgreSQL is down, restarting or "
-            "overloaded); try again in a few seconds"
-        )
+        message = DOWN_MESSAGE
     elif isinstance(exc, TooManyRequests):
-        message = "too many requests are waiting for the database; try again shortly"
+        return DatabaseBusyError(
+            "every database connection is in use and the queue for one is full; retry shortly"
+        )
     elif isinstance(exc, PoolClosed):
         message = "the database connection pool is closed"
     elif code == "53100":
@@ -115,40 +160,225 @@ def database_error(exc: psycopg.OperationalError) -> DatabaseError:
 
 
 class Pool(AsyncConnectionPool[Conn]):
-    """popagent's connection pool: a failing database surfaces as ``DatabaseError``.
+    """popagent's connection pool: a failing database surfaces as ``DatabaseError``,
+    a busy one as ``DatabaseBusyError`` (module doc).
 
     ``connection()`` translates a ``psycopg.OperationalError`` raised while
     getting or using the connection (see ``database_error``); every other error,
-    ``CancelledError`` included, passes unchanged. After a lost connection the
-    idle connections are tested in the background (at most once a second) so
-    broken ones are replaced as soon as the server is back, and a connection is
-    then used, which clears ``down_since``. Without that last step a process
-    that only answers ``/healthz`` (one of several workers, say) would report
-    the database down forever: ``/healthz`` answers 503 at once while
-    ``down_since`` is set, and nothing else would ever use a connection there.
+    ``CancelledError`` included, passes unchanged. A wait without an explicit
+    ``timeout`` follows the queue's rules (module doc); with one (the
+    background re-check) it is psycopg_pool's plain wait. After a lost
+    connection the idle connections are tested in the background (at most
+    once a second) so broken ones are replaced as soon as the server is back,
+    and a connection is then used, which clears ``down_since``. Without that
+    last step a process that only answers ``/healthz`` (one of several
+    workers, say) would report the database down forever: ``/healthz`` answers
+    503 at once while ``down_since`` is set, and nothing else would ever use a
+    connection there.
     """
 
     _refresh: asyncio.Task[None] | None = None
     _refreshed_at: float = 0.0
-    #: Since when (``time.monotonic()``) the server has been seen away: set by a
-    #: lost connection or by the embedded server's supervisor, cleared by the
-    #: next connection used without error. ``None`` while it answers.
-    down_since: float | None = None
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        checkout_timeout: float = DEFAULT_CHECKOUT_TIMEOUT,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+        queue_limit: int = DEFAULT_QUEUE_LIMIT,
+        **kwargs: Any,
+    ) -> None:
+        for name, value in (
+            ("checkout_timeout", checkout_timeout),
+            ("queue_timeout", queue_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds")
+        if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 1:
+            raise ValueError("queue_limit must be a positive integer")
+        # psycopg_pool's own timeout is a backstop: ``getconn`` ends a queued wait first.
+        super().__init__(
+            conninfo,
+            timeout=queue_timeout + checkout_timeout,
+            max_waiting=queue_limit,
+            **kwargs,
+        )
+        # Kept as given for the probe and for callers on other event loops.
+        self._target = conninfo
+        self._connect_kwargs: dict[str, Any] = dict(kwargs.get("kwargs") or {})
+        self.checkout_timeout = checkout_timeout
+        self.queue_timeout = queue_timeout
+        self.queue_limit = queue_limit
+        self._down_since: float | None = None
+        # Callers waiting in the queue: their deadline's timer and when they arrived.
+        self._waiting_callers: dict[int, tuple[asyncio.Timeout, float]] = {}
+        self._returned_at = time.monotonic()
+        self._probe: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._foreign_slots = threading.BoundedSemaphore(self.max_size)
+
+    # --- the server seen away -------------------------------------------------------
+
+    @property
+    def down_since(self) -> float | None:
+        """Since when (``time.monotonic()``) the server has been seen away: set by a
+        lost connection, the embedded server's supervisor or a failed probe, cleared
+        by the next connection used without error. ``None`` while it answers."""
+        return self._down_since
+
+    @down_since.setter
+    def down_since(self, value: float | None) -> None:
+        changed = (value is None) != (self._down_since is None)
+        self._down_since = value
+        if changed and self._waiting_callers:
+            self._reschedule()
+
+    def _deadline(self, arrival: float) -> float:
+        """When a caller that arrived at ``arrival`` stops waiting (``time.monotonic()``)."""
+        deadline = arrival + self.queue_timeout
+        if self._down_since is not None:
+            deadline = min(deadline, max(arrival, self._down_since) + self.checkout_timeout)
+        return deadline
+
+    def _reschedule(self) -> None:
+        """Move every waiting caller's deadline after ``down_since`` changed."""
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        for limit, arrival in self._waiting_callers.values():
+            limit.reschedule(loop.time() + self._deadline(arrival) - now)
+
+    # --- checking a connection out ----------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the pool was opened on (its connections belong to it);
+        ``None`` before ``open``."""
+        return self._loop
+
+    async def open(self, wait: bool = False, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        self._loop = asyncio.get_running_loop()
+        await super().open(wait, timeout)
+
+    async def getconn(self, timeout: float | None = None) -> Conn:  # noqa: ASYNC109
+        if timeout is not None:
+            return await super().getconn(timeout)
+        loop = asyncio.get_running_loop()
+        arrival = time.monotonic()
+        limit = asyncio.timeout(self._deadline(arrival) - arrival)
+        stalled = loop.call_later(self.checkout_timeout, self._stalled)
+        key = id(limit)
+        self._waiting_callers[key] = (limit, arrival)
+        try:
+            async with limit:
+                return await super().getconn()
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            raise PoolTimeout(f"no connection within {time.monotonic() - arrival:.1f} s") from None
+        finally:
+            stalled.cancel()
+            del self._waiting_callers[key]
+
+    async def putconn(self, conn: Conn) -> None:
+        self._returned_at = time.monotonic()
+        await super().putconn(conn)
+
+    def _wait_error(self, exc: PoolTimeout | TooManyRequests) -> DatabaseError:
+        """A wait that ended without a connection: an outage, or a busy pool."""
+        if isinstance(exc, PoolTimeout) and self._down_since is None:
+            return DatabaseBusyError(
+                f"every database connection stayed in use: {exc}; {len(self._waiting_callers)} "
+                "more requests are waiting; retry shortly"
+            )
+        return database_error(exc)
 
     # The overrides keep psycopg_pool's signatures, ``timeout`` included.
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Conn]:  # noqa: ASYNC109
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            async with self._foreign_connection() as conn:
+                yield conn
+            return
         try:
             async with super().connection(timeout) as conn:
                 yield conn
+        except (PoolTimeout, TooManyRequests) as exc:
+            raise self._wait_error(exc) from exc
         except psycopg.OperationalError as exc:
             if _connection_lost(exc):
-                if self.down_since is None:
-                    self.down_since = time.monotonic()
-                self.recheck_soon()
+                self.mark_down()
             raise database_error(exc) from exc
-        if self.down_since is not None:
+        if self._down_since is not None:
             self.down_since = None
+
+    def mark_down(self, since: float | None = None) -> None:
+        """Note the server away (since ``since``, default now) unless it is already, and
+        have the connections tested in the background (``recheck_soon``)."""
+        if self._down_since is None:
+            self.down_since = time.monotonic() if since is None else since
+        self.recheck_soon()
+
+    def _stalled(self) -> None:
+        """A caller has waited ``checkout_timeout``: probe the server, unless a connection
+        came back to the pool meanwhile (then it is only busy)."""
+        if self.closed or self._down_since is not None:
+            return
+        if time.monotonic() - self._returned_at < self.checkout_timeout:
+            return
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_server())
+
+    async def _probe_server(self) -> None:
+        """Connect and run ``SELECT 1`` outside the pool; mark the server away when that
+        fails, or takes longer than ``checkout_timeout`` while no connection came back
+        to the pool. Never raises."""
+        began = time.monotonic()
+        try:
+            async with asyncio.timeout(self.checkout_timeout):
+                conn = await psycopg.AsyncConnection.connect(
+                    self._target, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S
+                )
+                async with conn:
+                    await conn.execute("SELECT 1")
+        except TimeoutError:
+            # Too slow: away, unless connections came back meanwhile (then this
+            # process's loop was only too busy to run the probe in time).
+            if self._returned_at < began:
+                self.mark_down(began)
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate != _TOO_MANY_CONNECTIONS:  # full, but it answers
+                self.mark_down(began)
+        except Exception as exc:  # a probe never fails its caller
+            logger.debug("pool probe failed: %s", type(exc).__name__)
+
+    @asynccontextmanager
+    async def _foreign_connection(self) -> AsyncIterator[Conn]:
+        """A connection of its own for a caller on another event loop (module doc)."""
+        arrival = time.monotonic()
+        while not self._foreign_slots.acquire(blocking=False):
+            if time.monotonic() - arrival > self.queue_timeout:
+                raise DatabaseBusyError(
+                    f"every connection for other event loops ({self.max_size}) stayed in use "
+                    f"for {self.queue_timeout:g} s; retry shortly"
+                )
+            await asyncio.sleep(_FOREIGN_POLL_S)
+        try:
+            try:
+                raw = await psycopg.AsyncConnection.connect(self._target, **self._connect_kwargs)
+                conn = cast(Conn, raw)
+                await configure_connection(conn)
+            except psycopg.OperationalError as exc:
+                raise database_error(exc) from exc
+            try:
+                async with conn:
+                    yield conn
+            except psycopg.OperationalError as exc:
+                raise database_error(exc) from exc
+        finally:
+            self._foreign_slots.release()
+
+    # --- keeping it up ----------------------------------------------------------------
 
     def recheck_soon(self) -> None:
         """Test the connections in the background (at most once a second), then use one.
@@ -173,12 +403,20 @@ class Pool(AsyncConnectionPool[Conn]):
         except Exception as exc:  # the pool keeps reconnecting by itself
             logger.debug("pool check failed: %s", type(exc).__name__)
 
+    def busy(self) -> bool:
+        """Whether callers wait in the queue while connections keep coming back (a
+        busy pool, not a silent server)."""
+        return bool(self._waiting_callers) and (
+            time.monotonic() - self._returned_at < self.checkout_timeout
+        )
+
     async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        task = self._refresh
+        tasks = [t for t in (self._refresh, self._probe) if t is not None and not t.done()]
         try:
-            if task is not None and not task.done():
+            for task in tasks:
                 task.cancel()
-                await asyncio.wait([task])
+            if tasks:
+                await asyncio.wait(tasks)
         finally:
             await super().close(timeout)
 
@@ -228,14 +466,17 @@ async def open_pool(
     min_size: int = 1,
     max_size: int = 10,
     checkout_timeout: float = DEFAULT_CHECKOUT_TIMEOUT,
+    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+    queue_limit: int = DEFAULT_QUEUE_LIMIT,
     migrated: bool = False,
 ) -> AsyncIterator[Pool]:
     """Yield a migrated, open pool; close it (and stop any embedded server) on exit.
 
     Without a URL the embedded server in ``data_dir`` is started and supervised
-    for the life of the pool. ``checkout_timeout`` bounds how long
-    ``pool.connection()`` waits before raising ``DatabaseError``. Raises
-    ``DatabaseError`` when the server cannot be started, reached or migrated.
+    for the life of the pool. ``checkout_timeout``, ``queue_timeout`` and
+    ``queue_limit`` bound how long ``pool.connection()`` waits (module doc).
+    Raises ``DatabaseError`` when the server cannot be started, reached or
+    migrated.
 
     ``migrated=True`` (a server worker whose parent process migrated the
     database, with a URL) skips the migrations and opens the pool without
@@ -260,7 +501,9 @@ async def open_pool(
             max_size=max_size,
             kwargs={"row_factory": dict_row, "autocommit": True, **options},
             configure=configure_connection,
-            timeout=checkout_timeout,
+            checkout_timeout=checkout_timeout,
+            queue_timeout=queue_timeout,
+            queue_limit=queue_limit,
             reconnect_timeout=_RECONNECT_TIMEOUT_S,
             name="popagent",
             open=False,

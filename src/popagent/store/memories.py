@@ -18,6 +18,7 @@ import psycopg
 from ..errors import ConflictError
 from ..models import Kind, Memory, MemoryFilter, Provenance
 from .database import Conn
+from .recall_stats import counted
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -105,15 +106,20 @@ def provenance_params(provenance: Provenance | None) -> dict[str, Any]:
 
 # --- episodes -------------------------------------------------------------------------------
 
+# Every statement that inserts or deletes memories counts them in recall's
+# statistics itself (``store.recall_stats``: no trigger does since migration 0015).
 INSERT_EPISODE = f"""
-INSERT INTO popagent_memories
-    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at,
-     origin, turn_id, message_ids, tool_call_id)
-VALUES (%(resource_id)s, %(session_id)s, 'episode', %(content)s, %(sha)s, %(importance)s,
-        coalesce(%(created_at)s, now()), coalesce(%(created_at)s, now()),
-        %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)
-ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
-RETURNING {MEMORY_COLUMNS}
+WITH written AS (
+    INSERT INTO popagent_memories
+        (resource_id, session_id, kind, content, content_sha256, importance, created_at,
+         updated_at, origin, turn_id, message_ids, tool_call_id)
+    VALUES (%(resource_id)s, %(session_id)s, 'episode', %(content)s, %(sha)s, %(importance)s,
+            coalesce(%(created_at)s, now()), coalesce(%(created_at)s, now()),
+            %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)
+    ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
+    RETURNING {MEMORY_COLUMNS}, search_vector
+), {counted("written", 1)}
+SELECT {MEMORY_COLUMNS} FROM written
 """
 
 SELECT_BY_HASH = f"""
@@ -122,15 +128,19 @@ WHERE resource_id = %(resource_id)s AND kind = %(kind)s AND key IS NULL
   AND content_sha256 = %(sha)s
 """
 
-INSERT_EPISODES = """
-INSERT INTO popagent_memories
-    (resource_id, session_id, kind, content, content_sha256, importance, created_at, updated_at,
-     origin)
-SELECT %(resource_id)s, t.session_id, 'episode', t.content, t.sha, %(importance)s,
-       coalesce(t.created_at, now()), coalesce(t.created_at, now()), %(origin)s
-FROM unnest(%(session_ids)s::text[], %(contents)s::text[], %(shas)s::text[],
-            %(created)s::timestamptz[]) AS t(session_id, content, sha, created_at)
-ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
+INSERT_EPISODES = f"""
+WITH written AS (
+    INSERT INTO popagent_memories
+        (resource_id, session_id, kind, content, content_sha256, importance, created_at,
+         updated_at, origin)
+    SELECT %(resource_id)s, t.session_id, 'episode', t.content, t.sha, %(importance)s,
+           coalesce(t.created_at, now()), coalesce(t.created_at, now()), %(origin)s
+    FROM unnest(%(session_ids)s::text[], %(contents)s::text[], %(shas)s::text[],
+                %(created)s::timestamptz[]) AS t(session_id, content, sha, created_at)
+    ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
+    RETURNING resource_id, search_vector
+), {counted("written", 1)}
+SELECT count(*) AS inserted FROM written
 """
 
 
@@ -191,7 +201,8 @@ async def insert_episodes(
             "created": created,
         },
     )
-    return cur.rowcount
+    row = await cur.fetchone()
+    return int(row["inserted"]) if row else 0
 
 
 # --- facts ----------------------------------------------------------------------------------
@@ -207,7 +218,9 @@ VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, 
 # of migration 0012 keeps the replaced value as a version. (The statement, not a
 # BEFORE trigger, bumps the number: a BEFORE ROW UPDATE trigger, even one limited
 # to these columns, makes every other update of the table, such as recall's
-# access bookkeeping, re-fetch and re-lock each row first.)
+# access bookkeeping, re-fetch and re-lock each row first.) ``EXCLUDED.updated_at``
+# is the proposed row's default, ``now()``: a distributed table (Citus) refuses any
+# function that is not immutable in ``DO UPDATE``.
 _NEW_PROVENANCE = """
     version = popagent_memories.version + 1,
     session_id = EXCLUDED.session_id,
@@ -215,9 +228,11 @@ _NEW_PROVENANCE = """
     turn_id = EXCLUDED.turn_id,
     message_ids = EXCLUDED.message_ids,
     tool_call_id = EXCLUDED.tool_call_id,
-    updated_at = now()"""
+    updated_at = EXCLUDED.updated_at"""
 
+# A new fact is counted in the statistics; a changed one by the update trigger.
 UPSERT_FACT_BY_KEY = f"""
+WITH written AS (
 INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
 ON CONFLICT (resource_id, key) WHERE kind = 'fact' AND key IS NOT NULL DO UPDATE
 SET content = EXCLUDED.content,
@@ -226,7 +241,9 @@ SET content = EXCLUDED.content,
     expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
 WHERE (popagent_memories.content, popagent_memories.importance, popagent_memories.expires_at)
       IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance, EXCLUDED.expires_at)
-RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
+RETURNING {MEMORY_COLUMNS}, search_vector, (xmax = 0) AS inserted
+), {counted("written", 1, where="r.inserted")}
+SELECT {MEMORY_COLUMNS}, inserted FROM written
 """
 
 SELECT_FACT_BY_KEY = f"""
@@ -237,18 +254,24 @@ WHERE resource_id = %(resource_id)s AND kind = 'fact' AND key = %(key)s
 # An identical keyless fact raises its importance (never lowers it) and takes
 # the new expiry; anything else about it is already equal.
 UPSERT_FACT_BY_HASH = f"""
+WITH written AS (
 INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
 ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO UPDATE
 SET importance = greatest(popagent_memories.importance, EXCLUDED.importance),
     expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
 WHERE popagent_memories.importance < EXCLUDED.importance
    OR popagent_memories.expires_at IS DISTINCT FROM EXCLUDED.expires_at
-RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
+RETURNING {MEMORY_COLUMNS}, search_vector, (xmax = 0) AS inserted
+), {counted("written", 1, where="r.inserted")}
+SELECT {MEMORY_COLUMNS}, inserted FROM written
 """
 
 INSERT_FACT = f"""
+WITH written AS (
 INSERT INTO popagent_memories {_FACT_COLUMNS} {_FACT_VALUES}
-RETURNING {MEMORY_COLUMNS}
+RETURNING {MEMORY_COLUMNS}, search_vector
+), {counted("written", 1)}
+SELECT {MEMORY_COLUMNS} FROM written
 """
 
 # Only a real change touches the row (and so makes a version).
@@ -296,9 +319,15 @@ async def upsert_fact_by_hash(conn: Conn, **params: Any) -> tuple[Memory, str] |
     return (row_to_memory(found), "unchanged") if found else None
 
 
-def conflict_error(exc: psycopg.errors.UniqueViolation) -> ConflictError:
-    constraint = exc.diag.constraint_name or ""
-    if "fact_key" in constraint:
+def conflict_error(key: str | None) -> ConflictError:
+    """The conflict of writing a fact with ``key`` (``None``: keyless) that met a unique key.
+
+    Told by what was written, not by the violated constraint's name: a fact with a
+    key conflicts on its key alone (the content index covers keyless rows only), a
+    keyless one on its content alone, and a distributed table (Citus) reports no
+    constraint name.
+    """
+    if key is not None:
         return ConflictError("a fact with this key already exists in this resource")
     return ConflictError("an identical fact without a key already exists in this resource")
 
@@ -310,7 +339,7 @@ async def insert_fact(conn: Conn, **params: Any) -> Memory:
             cur = await conn.execute(INSERT_FACT, params)
             row = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
-        raise conflict_error(exc) from exc
+        raise conflict_error(params.get("key")) from exc
     assert row is not None
     return row_to_memory(row)
 
@@ -322,7 +351,7 @@ async def update_fact(conn: Conn, **params: Any) -> Memory | None:
             cur = await conn.execute(UPDATE_FACT, params)
             row = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
-        raise conflict_error(exc) from exc
+        raise conflict_error(params.get("key")) from exc
     return row_to_memory(row) if row else None
 
 
@@ -361,7 +390,7 @@ WITH gone AS (
     DELETE FROM popagent_memories
     WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = %(kind)s
     RETURNING *
-), kept AS ({KEEP_GONE_FACTS} RETURNING 1)
+), kept AS ({KEEP_GONE_FACTS} RETURNING 1), {counted("gone", -1)}
 SELECT count(*) AS deleted FROM gone
 """
 
@@ -380,14 +409,14 @@ LIMIT %(limit)s OFFSET %(offset)s
 
 # Cleanup removes: the facts it deletes take their versions with them, and a
 # cleanup of every fact also removes the history of facts deleted earlier.
-CLEANUP = """
+CLEANUP = f"""
 WITH gone AS (
     DELETE FROM popagent_memories
     WHERE resource_id = %(resource_id)s
       AND (%(kind)s::text IS NULL OR kind = %(kind)s)
       AND (%(older_than)s::timestamptz IS NULL OR created_at < %(older_than)s)
-    RETURNING id, kind
-), history AS (
+    RETURNING resource_id, id, kind, search_vector
+), {counted("gone", -1)}, history AS (
     DELETE FROM popagent_fact_versions v
     WHERE v.resource_id = %(resource_id)s
       AND (v.fact_id IN (SELECT id FROM gone WHERE kind = 'fact')
@@ -481,7 +510,9 @@ async def cleanup(
 
 
 # SKIP LOCKED: recall never waits for (or deadlocks with) maintenance or a writer
-# holding a row; access statistics are best effort by design. Synchronous commit
+# holding a row; access statistics are best effort by design. NO KEY UPDATE (what
+# the UPDATE itself takes) rather than UPDATE: a vector worker's KEY SHARE lock on
+# the memories it embeds (store.pending) does not make recall skip them. Synchronous commit
 # is off for this statement's own transaction alone (set_config's is_local), so a
 # recall never waits for a WAL flush: a crash may lose the last few access
 # counts, never a memory.
@@ -497,7 +528,7 @@ FROM (
     SELECT id FROM popagent_memories
     WHERE resource_id = %(resource_id)s AND id {ids}
     ORDER BY id
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ) touched,
 (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE m.resource_id = %(resource_id)s AND m.id = touched.id
@@ -524,44 +555,55 @@ async def touch_accessed(
 
 MAINTENANCE_LOCK_ID = 7_312_104_118_002
 
-DELETE_EXPIRED_EPISODES = """
-DELETE FROM popagent_memories WHERE kind = 'episode' AND created_at < %(cutoff)s
+# Each counts what it deleted in recall's statistics (``store.recall_stats``).
+_GONE_COUNTED = f"""
+    RETURNING m.resource_id, m.search_vector
+), {counted("gone", -1)}
+SELECT count(*) AS deleted FROM gone
 """
+
+DELETE_EXPIRED_EPISODES = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories m WHERE m.kind = 'episode' AND m.created_at < %(cutoff)s
+{_GONE_COUNTED}"""
 
 # Per resource, keep the ``cap`` newest episodes (newest by created_at, then id).
-DELETE_OVER_CAP_EPISODES = """
-DELETE FROM popagent_memories m
-USING (
-    SELECT resource_id, id FROM (
-        SELECT resource_id, id, row_number() OVER (
-            PARTITION BY resource_id ORDER BY created_at DESC, id DESC) AS position
-        FROM popagent_memories
-        WHERE kind = 'episode'
-          AND resource_id IN (
-              SELECT resource_id FROM popagent_memories WHERE kind = 'episode'
-              GROUP BY resource_id HAVING count(*) > %(cap)s)
-    ) ranked
-    WHERE position > %(cap)s
-) doomed
-WHERE m.resource_id = doomed.resource_id AND m.id = doomed.id
-"""
+DELETE_OVER_CAP_EPISODES = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories m
+    USING (
+        SELECT resource_id, id FROM (
+            SELECT resource_id, id, row_number() OVER (
+                PARTITION BY resource_id ORDER BY created_at DESC, id DESC) AS position
+            FROM popagent_memories
+            WHERE kind = 'episode'
+              AND resource_id IN (
+                  SELECT resource_id FROM popagent_memories WHERE kind = 'episode'
+                  GROUP BY resource_id HAVING count(*) > %(cap)s)
+        ) ranked
+        WHERE position > %(cap)s
+    ) doomed
+    WHERE m.resource_id = doomed.resource_id AND m.id = doomed.id
+{_GONE_COUNTED}"""
 
 # The same two rules for one resource (the management API's "run maintenance now").
-DELETE_EXPIRED_EPISODES_OF = """
-DELETE FROM popagent_memories
-WHERE resource_id = %(resource_id)s AND kind = 'episode' AND created_at < %(cutoff)s
-"""
+DELETE_EXPIRED_EPISODES_OF = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories m
+    WHERE m.resource_id = %(resource_id)s AND m.kind = 'episode' AND m.created_at < %(cutoff)s
+{_GONE_COUNTED}"""
 
-DELETE_OVER_CAP_EPISODES_OF = """
-DELETE FROM popagent_memories m
-USING (
-    SELECT id FROM popagent_memories
-    WHERE resource_id = %(resource_id)s AND kind = 'episode'
-    ORDER BY created_at DESC, id DESC
-    OFFSET %(cap)s
-) doomed
-WHERE m.resource_id = %(resource_id)s AND m.id = doomed.id
-"""
+DELETE_OVER_CAP_EPISODES_OF = f"""
+WITH gone AS (
+    DELETE FROM popagent_memories m
+    USING (
+        SELECT id FROM popagent_memories
+        WHERE resource_id = %(resource_id)s AND kind = 'episode'
+        ORDER BY created_at DESC, id DESC
+        OFFSET %(cap)s
+    ) doomed
+    WHERE m.resource_id = %(resource_id)s AND m.id = doomed.id
+{_GONE_COUNTED}"""
 
 
 # Facts past their expiry: gone from popagent_memories, last value kept as a version.
@@ -571,7 +613,7 @@ WITH gone AS (
     WHERE kind = 'fact' AND expires_at <= %(now)s
       AND (%(resource_id)s::text IS NULL OR resource_id = %(resource_id)s)
     RETURNING *
-), kept AS ({KEEP_GONE_FACTS} RETURNING 1)
+), kept AS ({KEEP_GONE_FACTS} RETURNING 1), {counted("gone", -1)}
 SELECT count(*) AS deleted FROM gone
 """
 
@@ -608,7 +650,8 @@ async def delete_expired_episodes(
         cur = await conn.execute(
             DELETE_EXPIRED_EPISODES_OF, {"cutoff": cutoff, "resource_id": resource_id}
         )
-    return cur.rowcount
+    row = await cur.fetchone()
+    return int(row["deleted"]) if row else 0
 
 
 async def delete_over_cap_episodes(conn: Conn, cap: int, resource_id: str | None = None) -> int:
@@ -619,4 +662,5 @@ async def delete_over_cap_episodes(conn: Conn, cap: int, resource_id: str | None
         cur = await conn.execute(
             DELETE_OVER_CAP_EPISODES_OF, {"cap": cap, "resource_id": resource_id}
         )
-    return cur.rowcount
+    row = await cur.fetchone()
+    return int(row["deleted"]) if row else 0

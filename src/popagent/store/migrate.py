@@ -7,6 +7,8 @@ Invariants:
 - The whole run holds a session-level advisory lock, so two processes that
   start at once apply each migration exactly once: the second waits, then
   finds nothing left to do.
+- Nothing is applied on a server older than ``MINIMUM_SERVER_VERSION``: the
+  run stops with ``DatabaseError`` before its first statement.
 """
 
 from __future__ import annotations
@@ -17,7 +19,21 @@ from importlib import resources
 
 import psycopg
 
-__all__ = ["MIGRATION_LOCK_ID", "Migration", "apply_migrations", "load_migrations"]
+from ..errors import DatabaseError
+
+__all__ = [
+    "MIGRATION_LOCK_ID",
+    "MINIMUM_SERVER_VERSION",
+    "Migration",
+    "apply_migrations",
+    "check_server_version",
+    "load_migrations",
+]
+
+#: The oldest PostgreSQL popagent runs on (``server_version_num``): migration 0010
+#: changes a generated column's expression (``ALTER COLUMN ... SET EXPRESSION``),
+#: which PostgreSQL has since version 17.
+MINIMUM_SERVER_VERSION = 170000
 
 # An arbitrary, fixed 64-bit key shared by every popagent process.
 MIGRATION_LOCK_ID = 7_312_104_118_001
@@ -56,8 +72,33 @@ def load_migrations() -> list[Migration]:
     return [found[v] for v in sorted(found)]
 
 
+def check_server_version(conn: psycopg.AsyncConnection[object]) -> None:
+    """``DatabaseError`` when ``conn``'s server is older than ``MINIMUM_SERVER_VERSION``.
+
+    The version is the one the server announced when the connection opened: no query.
+    """
+    found = conn.info.server_version
+    if found < MINIMUM_SERVER_VERSION:
+        raise DatabaseError(
+            f"popagent needs PostgreSQL {MINIMUM_SERVER_VERSION // 10000} or later; this "
+            f"server runs PostgreSQL {_version_text(found)}: upgrade it, or leave the "
+            "database URL unset to use the embedded server"
+        )
+
+
+def _version_text(number: int) -> str:
+    """``server_version_num`` as people write it: 160004 is 16.4 (9.6.24 before 10)."""
+    if number >= 100000:
+        return f"{number // 10000}.{number % 10000}"
+    return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+
+
 async def apply_migrations(conn: psycopg.AsyncConnection[object]) -> list[int]:
-    """Apply the pending migrations on ``conn`` (autocommit); return the versions applied."""
+    """Apply the pending migrations on ``conn`` (autocommit); return the versions applied.
+
+    ``DatabaseError`` first when the server is too old (``check_server_version``).
+    """
+    check_server_version(conn)
     applied_now: list[int] = []
     await conn.set_autocommit(True)
     await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))

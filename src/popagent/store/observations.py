@@ -146,6 +146,8 @@ WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
 """
 
 # Recorded only for a stored session (the first turn's history loads before it exists).
+# ``EXCLUDED.recorded_at`` is the column's default, ``now()`` (no function in ``DO UPDATE``:
+# a distributed table refuses it).
 RECORD_ACTOR = """
 INSERT INTO popagent_observation_actors (resource_id, session_id, actor)
 SELECT %(resource_id)s, %(session_id)s, %(actor)s
@@ -154,7 +156,7 @@ WHERE EXISTS (
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
 )
 ON CONFLICT (resource_id, session_id)
-DO UPDATE SET actor = EXCLUDED.actor, recorded_at = now()
+DO UPDATE SET actor = EXCLUDED.actor, recorded_at = EXCLUDED.recorded_at
 """
 
 SELECT_GROUP = f"""

@@ -80,6 +80,7 @@ DELETE_SESSIONS = "DELETE FROM popagent_sessions WHERE resource_id = %(resource_
 # --- long-term memory -------------------------------------------------------------------------
 
 DELETE_EMBEDDINGS = "DELETE FROM popagent_memory_embeddings WHERE resource_id = %(resource_id)s"
+DELETE_PENDING_VECTORS = "DELETE FROM popagent_pending_vectors WHERE resource_id = %(resource_id)s"
 DELETE_FACT_VERSIONS = "DELETE FROM popagent_fact_versions WHERE resource_id = %(resource_id)s"
 # Fires the statistics trigger, which upserts this resource's counts down to 0.
 DELETE_MEMORIES = "DELETE FROM popagent_memories WHERE resource_id = %(resource_id)s"
@@ -102,6 +103,7 @@ PURGE_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("popagent_messages", DELETE_MESSAGES),
     ("popagent_turns", DELETE_TURNS),
     ("popagent_sessions", DELETE_SESSIONS),
+    ("popagent_pending_vectors", DELETE_PENDING_VECTORS),
     ("popagent_memory_embeddings", DELETE_EMBEDDINGS),
     ("popagent_fact_versions", DELETE_FACT_VERSIONS),
     ("popagent_memories", DELETE_MEMORIES),

@@ -31,7 +31,9 @@ Steps, each a CTE:
 ``LEXICAL_RECALL_TOUCH`` also records the access of the returned memories
 (``TOUCH_ACCESSED``'s rules: ``SKIP LOCKED``, asynchronous commit), returning
 their new access time and count; it must run outside a transaction, as its own.
-Every table is read by ``resource_id``.
+Every table is read by ``resource_id``, with an equality on it in every CTE: on a
+distributed database (Citus) that is what sends the statement to the one shard
+that holds the resource (``statement``, docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from psycopg import AsyncRawCursor
 from psycopg.rows import tuple_row
 
 from ..models import Memory
+from .citus import ROUTING, distributed, for_postgresql
 from .database import Conn
 from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, touch_statement, tuple_to_memory
 from .recall import CANDIDATE_BUDGET, NEIGHBOUR_THRESHOLD, NEIGHBOURS_PER_LEXEME
@@ -126,8 +129,9 @@ WITH q AS MATERIALIZED (
 ), hits AS (
     SELECT m.id, (SELECT sum(c.idf) FROM chosen c WHERE m.search_vector @@ c.q) AS covered
     FROM popagent_memories m
-    -- The keys name the resource: see LEXICAL_CANDIDATES.
-    WHERE popagent_scoped_lexemes(m.resource_id, m.search_vector)
+    -- The keys name the resource (see LEXICAL_CANDIDATES); the equality, for Citus
+    -- alone, is left out on PostgreSQL (store.citus).
+    WHERE {ROUTING.format("m")}popagent_scoped_lexemes(m.resource_id, m.search_vector)
           && popagent_scoped_lexemes(%(resource_id)s,
                                      array_to_tsvector(ARRAY(SELECT lexeme FROM chosen)))
     ORDER BY covered DESC, m.id DESC
@@ -294,9 +298,9 @@ def positional(query: str, names: Sequence[str] = PARAMETERS) -> str:
 
 
 @lru_cache(maxsize=64, typed=True)
-def statement(touch: bool, limit: int, pool: int) -> str:
+def statement(touch: bool, limit: int, pool: int, distributed: bool = False) -> str:
     """The statement to run: ``limit`` and ``pool`` written in as numbers, and the
-    resource id read through ``(SELECT $1)``.
+    resource id read through ``(SELECT $1)``, or as a bare ``$1`` when ``distributed``.
 
     Both are for PostgreSQL's plan cache. Planning this statement takes about a
     millisecond, so psycopg prepares it and PostgreSQL should reuse one generic
@@ -310,11 +314,20 @@ def statement(touch: bool, limit: int, pool: int) -> str:
     the generic plan is chosen; the indexes are used the same way. Recall's
     limits are few (8 by default), so a statement per limit stays within
     psycopg's cache of prepared statements.
+
+    On a distributed database (Citus, docs/scaling.md) the id must stay visible:
+    Citus sends a statement to the one shard that holds the resource only when
+    it sees ``resource_id = $1`` on every table it reads (so the candidate
+    search has that equality there too: ``store.citus``), and refuses one it
+    cannot send whole. Citus picks the shard per execution, so its plan does not
+    depend on the id either.
     """
     if not all(type(n) is int and n > 0 for n in (limit, pool)):  # no bools, no text
         raise ValueError("limit and pool must be positive integers")
     text = LEXICAL_RECALL_TOUCH if touch else LEXICAL_RECALL
-    text = text.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
+    if not distributed:
+        text = for_postgresql(text, "m")
+        text = text.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
     return positional(text.replace("%(limit)s", str(limit)).replace("%(pool)s", str(pool)))
 
 
@@ -328,9 +341,10 @@ async def lexical_recall(
         p.min_trigram, p.w_text, p.w_trigram, p.w_importance, p.w_recency, p.w_fact, p.w_time,
         p.window_start, p.window_end, p.window_scale,
     )  # fmt: skip
+    text = statement(touch, p.limit, p.pool, await distributed(conn))
     # Tuple rows, decoded positionally: this is the whole of recall's decoding.
     async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
-        await cur.execute(statement(touch, p.limit, p.pool), params)
+        await cur.execute(text, params)
         rows = await cur.fetchall()
     w = MEMORY_WIDTH
     return [

@@ -36,6 +36,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 
 from ..models import Candidate, CorpusStats, Neighbour
+from .citus import ROUTING, distributed, for_postgresql
 from .database import Conn
 from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 
@@ -110,9 +111,10 @@ WITH terms AS MATERIALIZED (
     FROM popagent_memories m
     -- The keys name the resource (length-prefixed, so no other resource's key
     -- can equal them): the index condition alone is the resource filter. A
-    -- separate resource_id condition here would only tempt the planner into
-    -- AND-ing the whole resource's index entries; it is checked again below.
-    WHERE popagent_scoped_lexemes(m.resource_id, m.search_vector)
+    -- separate resource_id condition would only tempt PostgreSQL into AND-ing the
+    -- whole resource's index entries; Citus needs one to send the statement to the
+    -- resource's shard, so it is there for Citus alone (store.citus).
+    WHERE {ROUTING.format("m")}popagent_scoped_lexemes(m.resource_id, m.search_vector)
           && popagent_scoped_lexemes(%(resource_id)s, array_to_tsvector(%(chosen)s::text[]))
     ORDER BY covered DESC, m.id DESC
     LIMIT %(pool)s
@@ -123,6 +125,9 @@ SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
 FROM hits JOIN popagent_memories m ON m.resource_id = %(resource_id)s AND m.id = hits.id
 WHERE m.expires_at IS NULL OR m.expires_at > now()  -- an expired fact is never recalled
 """
+
+# What runs on plain PostgreSQL: the same, without the equality only Citus needs.
+_CANDIDATES_POSTGRESQL = for_postgresql(LEXICAL_CANDIDATES, "m")
 
 
 def tsquery_literal(lexemes: list[str]) -> str:
@@ -214,9 +219,10 @@ async def candidates(
     params = candidate_parameters(resource_id, stats, idfs, pool)
     if params is None:
         return []
+    text = LEXICAL_CANDIDATES if await distributed(conn) else _CANDIDATES_POSTGRESQL
     # Tuple rows: the candidate rows are the hot loop of recall's decoding.
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(LEXICAL_CANDIDATES, params)
+        await cur.execute(text, params)
         return [_to_candidate(row) for row in await cur.fetchall()]
 
 

@@ -32,10 +32,16 @@ __all__ = [
 
 INFO_COLUMNS = "name, created_at, updated_at, last_used_at, expires_at"
 
-_LIVE = "(expires_at IS NULL OR expires_at > coalesce(%(now)s::timestamptz, now()))"
+# "Live at %(now)s, or now": without coalesce(%(now)s, now()), which a distributed
+# table (Citus) refuses in a write's conditions (no function but immutable ones in a
+# CASE or COALESCE there); NULL is no match, so each alternative stands alone.
+_LIVE = """(expires_at IS NULL OR expires_at > %(now)s::timestamptz
+     OR (%(now)s::timestamptz IS NULL AND expires_at > now()))"""
 
 # Setting over an expired (not yet purged) row starts a new secret: it gets a
 # fresh created_at and no last use, as if the old row had already been purged.
+# The time is the proposed row's, EXCLUDED.updated_at (its default, now()): a
+# distributed table (Citus) refuses any function that is not immutable in DO UPDATE.
 UPSERT_SECRET = f"""
 INSERT INTO popagent_secrets AS s
     (resource_id, name, ciphertext, nonce, key_id, expires_at)
@@ -46,9 +52,11 @@ SET ciphertext = EXCLUDED.ciphertext,
     nonce = EXCLUDED.nonce,
     key_id = EXCLUDED.key_id,
     expires_at = EXCLUDED.expires_at,
-    updated_at = now(),
-    created_at = CASE WHEN s.expires_at <= now() THEN now() ELSE s.created_at END,
-    last_used_at = CASE WHEN s.expires_at <= now() THEN NULL ELSE s.last_used_at END
+    updated_at = EXCLUDED.updated_at,
+    created_at = CASE WHEN s.expires_at <= EXCLUDED.updated_at
+                      THEN EXCLUDED.created_at ELSE s.created_at END,
+    last_used_at = CASE WHEN s.expires_at <= EXCLUDED.updated_at
+                        THEN NULL ELSE s.last_used_at END
 RETURNING {INFO_COLUMNS}
 """
 
@@ -74,15 +82,23 @@ DELETE FROM popagent_secrets
 WHERE resource_id = %(resource_id)s AND name = %(name)s AND {_LIVE}
 """
 
+# At the caller's time, or at the server's (two statements: see _LIVE).
 TOUCH_SECRET = """
 UPDATE popagent_secrets
-SET last_used_at = coalesce(%(now)s::timestamptz, now())
+SET last_used_at = %(now)s
+WHERE resource_id = %(resource_id)s AND name = %(name)s
+"""
+
+TOUCH_SECRET_NOW = """
+UPDATE popagent_secrets
+SET last_used_at = now()
 WHERE resource_id = %(resource_id)s AND name = %(name)s
 """
 
 DELETE_EXPIRED_SECRETS = """
 DELETE FROM popagent_secrets
-WHERE expires_at <= coalesce(%(now)s::timestamptz, now())
+WHERE expires_at <= %(now)s::timestamptz
+   OR (%(now)s::timestamptz IS NULL AND expires_at <= now())
 """
 
 
@@ -145,7 +161,8 @@ async def delete_secret(conn: Conn, resource_id: str, name: str, *, now: datetim
 
 async def touch_secret(conn: Conn, resource_id: str, name: str, *, now: datetime | None) -> None:
     """Record a use of the secret ``name``."""
-    await conn.execute(TOUCH_SECRET, {"resource_id": resource_id, "name": name, "now": now})
+    statement = TOUCH_SECRET_NOW if now is None else TOUCH_SECRET
+    await conn.execute(statement, {"resource_id": resource_id, "name": name, "now": now})
 
 
 async def delete_expired_secrets(conn: Conn, *, now: datetime | None) -> int:

@@ -24,11 +24,13 @@ ITEM_COLUMNS = "id, role, content, item"
 
 # The session is created when missing (an SDK session starts by adding items);
 # rows are inserted in array order, so the identity keeps the items' order.
+# ``EXCLUDED.updated_at`` is ``now()``, the column's default (a distributed table
+# refuses functions in ``DO UPDATE``: store/threads.py).
 APPEND_ITEMS = f"""
 WITH session AS (
     INSERT INTO popagent_sessions (resource_id, session_id)
     VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
     RETURNING resource_id, session_id
 )
 INSERT INTO popagent_messages (resource_id, session_id, role, content, parts, item)

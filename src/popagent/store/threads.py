@@ -78,10 +78,14 @@ VALUES (%(resource_id)s, %(session_id)s, %(title)s, %(metadata)s)
 RETURNING {SESSION_COLUMNS}
 """
 
+# Timestamps a distributed table (Citus) accepts: in ``ON CONFLICT ... DO UPDATE`` no
+# function that is not immutable, hence ``EXCLUDED.updated_at`` (the proposed row's
+# default, ``now()``); in an ``UPDATE`` no volatile one, hence a turn ends at
+# ``statement_timestamp()`` (stable: the time its statement began), not ``clock_timestamp()``.
 ENSURE_SESSION = f"""
 INSERT INTO popagent_sessions (resource_id, session_id)
 VALUES (%(resource_id)s, %(session_id)s)
-ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
 RETURNING {SESSION_COLUMNS}
 """
 
@@ -124,7 +128,7 @@ INSERT_MESSAGE_ENSURING_SESSION = f"""
 WITH session AS (
     INSERT INTO popagent_sessions (resource_id, session_id)
     VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
     RETURNING resource_id, session_id
 )
 INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
@@ -142,10 +146,10 @@ START_TURN = f"""
 WITH session AS (
     INSERT INTO popagent_sessions (resource_id, session_id)
     VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = now()
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
     RETURNING resource_id, session_id
 ), interrupted AS (
-    UPDATE popagent_turns SET status = 'interrupted', ended_at = clock_timestamp()
+    UPDATE popagent_turns SET status = 'interrupted', ended_at = statement_timestamp()
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND status = 'running'
 ), turn AS (
     INSERT INTO popagent_turns (resource_id, session_id)
@@ -164,7 +168,7 @@ RETURNING {MESSAGE_COLUMNS}
 # once) is completed all the same: it did finish.
 COMPLETE_TURN = f"""
 WITH turn AS (
-    UPDATE popagent_turns SET status = 'completed', ended_at = clock_timestamp()
+    UPDATE popagent_turns SET status = 'completed', ended_at = statement_timestamp()
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
       AND turn_id = %(turn_id)s AND status <> 'completed'
     RETURNING resource_id, session_id, turn_id
@@ -180,7 +184,7 @@ RETURNING {MESSAGE_COLUMNS}
 
 # A turn that ended without its final message: failed or interrupted.
 END_TURN = """
-UPDATE popagent_turns SET status = %(status)s, ended_at = clock_timestamp()
+UPDATE popagent_turns SET status = %(status)s, ended_at = statement_timestamp()
 WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
   AND turn_id = %(turn_id)s AND status <> 'completed'
 """

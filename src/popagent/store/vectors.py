@@ -91,9 +91,10 @@ FROM unnest(%(ids)s::bigint[], %(chunks)s::smallint[], %(shas)s::text[], %(vecto
 -- Only memories that still hold the content the vector was made from.
 JOIN popagent_memories m
   ON m.resource_id = %(resource_id)s AND m.id = t.memory_id AND m.content_sha256 = t.sha
+-- EXCLUDED.created_at: the column's default, now(); no function in DO UPDATE (Citus).
 ON CONFLICT (resource_id, memory_id, model, chunk) DO UPDATE
 SET dimensions = EXCLUDED.dimensions, content_sha256 = EXCLUDED.content_sha256,
-    embedding = EXCLUDED.embedding, created_at = now()
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at
 """
 
 # For a bulk retain, whose insert reports no ids: keyless memories of one kind by hash.

@@ -16,6 +16,7 @@ import psycopg
 from ..models import FactVersion, Memory
 from .database import Conn
 from .memories import MEMORY_COLUMNS, conflict_error, row_to_memory
+from .recall_stats import counted
 
 __all__ = [
     "VERSION_COLUMNS",
@@ -68,8 +69,10 @@ SELECT {VERSION_COLUMNS} FROM popagent_fact_versions
 WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s AND version = %(version)s
 """
 
-# A deleted fact comes back under its own id, as the version after its last.
+# A deleted fact comes back under its own id, as the version after its last; it is
+# counted in recall's statistics (``store.recall_stats``).
 REINSERT_FACT = f"""
+WITH written AS (
 INSERT INTO popagent_memories
     (id, resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
      origin, turn_id, message_ids, tool_call_id, version, created_at)
@@ -82,7 +85,9 @@ SELECT %(fact_id)s, %(resource_id)s, %(session_id)s, 'fact', v.key, v.content, v
         WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s)
 FROM popagent_fact_versions v
 WHERE v.resource_id = %(resource_id)s AND v.fact_id = %(fact_id)s AND v.version = %(version)s
-RETURNING {MEMORY_COLUMNS}
+RETURNING {MEMORY_COLUMNS}, search_vector
+), {counted("written", 1)}
+SELECT {MEMORY_COLUMNS} FROM written
 """
 
 # The current facts and episodes a session wrote (its value is the current one).
@@ -128,7 +133,9 @@ async def reinsert_fact(conn: Conn, **params: Any) -> Memory | None:
             cur = await conn.execute(REINSERT_FACT, params)
             row = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
-        raise conflict_error(exc) from exc
+        # The savepoint is gone: the transaction reads on. The version says what collided.
+        old = await get_version(conn, params["resource_id"], params["fact_id"], params["version"])
+        raise conflict_error(old.key if old else None) from exc
     return row_to_memory(row) if row else None
 
 

@@ -41,8 +41,10 @@ from typing import Any
 from ..checks import check_id, check_limit
 from ..credentials import redact_credentials, redact_json, redact_json_text
 from ..errors import ValidationError
+from ..offload import json_size, off_loop
 from ..store import session_items as sql
 from ..store.database import Pool
+from .service import refuse_new_unreachable
 
 __all__ = ["ITEM_BATCH_CAP", "ITEM_CAP", "SessionItems", "check_item", "item_view", "screen_item"]
 
@@ -159,6 +161,17 @@ def _as_item(row: sql.ItemRow) -> dict[str, Any] | None:
     return None
 
 
+def _screened_rows(items: Sequence[object]) -> list[dict[str, Any]]:
+    """The batch checked and screened, each item with its view: what ``append``
+    writes. Linear in the batch's size, so a large batch is handled off the event loop."""
+    rows: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        screened = screen_item(check_item(i, item))
+        role, content, parts = item_view(screened)
+        rows.append({"role": role, "content": content, "parts": parts, "item": screened})
+    return rows
+
+
 class SessionItems:
     """Append, read, pop and clear the items of one session (see module doc)."""
 
@@ -171,14 +184,11 @@ class SessionItems:
         session_id = check_id("session_id", session_id)
         if len(items) > ITEM_BATCH_CAP:
             raise ValidationError("items", f"must be at most {ITEM_BATCH_CAP} per call")
-        rows: list[dict[str, Any]] = []
-        for i, item in enumerate(items):
-            screened = screen_item(check_item(i, item))
-            role, content, parts = item_view(screened)
-            rows.append({"role": role, "content": content, "parts": parts, "item": screened})
+        rows = await off_loop(json_size(list(items)), _screened_rows, items)
         if not rows:
             return []
         async with self._pool.connection() as conn:
+            await refuse_new_unreachable(conn, resource_id, session_id)
             written = await sql.append_items(conn, resource_id, session_id, rows)
         return [row[0] for row in written]
 

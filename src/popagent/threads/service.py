@@ -19,10 +19,18 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
-from ..checks import check_id, check_limit, check_text, is_blank
+from ..checks import (
+    check_id,
+    check_limit,
+    check_new_session_id,
+    check_text,
+    is_blank,
+    is_path_segment,
+)
 from ..credentials import redact_credentials, redact_json, redact_json_text
 from ..errors import NotFoundError, ValidationError
 from ..models import Message, Role, Session
+from ..offload import json_size, off_loop, text_size
 from ..store import threads as sql
 from ..store.database import Conn, Pool
 
@@ -32,6 +40,8 @@ __all__ = [
     "check_json_object",
     "check_parts",
     "check_title",
+    "screen_message",
+    "screen_metadata",
     "screen_part",
 ]
 
@@ -98,6 +108,41 @@ def screen_part(part: dict[str, Any]) -> dict[str, Any]:
     return {**screened, **payload}
 
 
+def screen_message(
+    role: str, content: object, parts: Sequence[object]
+) -> tuple[str, list[dict[str, Any]]]:
+    """A message's content and parts checked and screened, as ``append_message``
+    stores them (``ValidationError`` naming the field otherwise). Pure and linear in
+    the message's size, so large messages are screened off the event loop."""
+    content = check_text("content", content)
+    if len(content) > MESSAGE_CAP:
+        raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
+    checked = check_parts(parts)
+    if role == "user" and not checked and is_blank(content):
+        raise ValidationError(
+            "content", "must not be empty (nor only whitespace or invisible characters)"
+        )
+    return redact_credentials(content)[0], [screen_part(part) for part in checked]
+
+
+def screen_metadata(metadata: object) -> dict[str, Any]:
+    """A session's metadata checked (``check_json_object``) and screened: every
+    credential in its keys and values redacted, as ``create_session`` stores it."""
+    return dict(redact_json(check_json_object("metadata", metadata or {})))
+
+
+async def refuse_new_unreachable(conn: Conn, resource_id: str, session_id: str) -> None:
+    """Refuse to create, by writing to it, a session whose ID breaks ``check_new_session_id``.
+
+    Only such IDs cost a lookup: an existing session (made before the rule) stays usable.
+    """
+    if (
+        not is_path_segment(session_id)
+        and await sql.get_session(conn, resource_id, session_id) is None
+    ):
+        check_new_session_id(session_id)
+
+
 class ThreadStore:
     """Create, list, read (paged), rename and delete sessions; append and page messages."""
 
@@ -114,9 +159,9 @@ class ThreadStore:
     ) -> Session:
         """A new session (a random ID unless given); a taken ID is a ``ValidationError``."""
         resource_id = check_id("resource_id", resource_id)
-        session_id = check_id("session_id", session_id or uuid.uuid4().hex)
+        session_id = check_new_session_id(session_id or uuid.uuid4().hex)
         title = check_title(title)
-        meta = redact_json(check_json_object("metadata", metadata or {}))
+        meta = await off_loop(json_size(metadata), screen_metadata, metadata)
         async with self._pool.connection() as conn:
             created = await sql.create_session(conn, resource_id, session_id, title, meta)
         if created is None:
@@ -128,6 +173,7 @@ class ThreadStore:
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         async with self._pool.connection() as conn:
+            await refuse_new_unreachable(conn, resource_id, session_id)
             return await sql.ensure_session(conn, resource_id, session_id)
 
     async def get_session(self, resource_id: str, session_id: str) -> Session:
@@ -204,16 +250,8 @@ class ThreadStore:
         session_id = check_id("session_id", session_id)
         if role not in get_args(Role):
             raise ValidationError("role", f"must be one of {list(get_args(Role))}")
-        content = check_text("content", content)
-        if len(content) > MESSAGE_CAP:
-            raise ValidationError("content", f"must be at most {MESSAGE_CAP} characters")
-        checked = check_parts(parts)
-        if role == "user" and not checked and is_blank(content):
-            raise ValidationError(
-                "content", "must not be empty (nor only whitespace or invisible characters)"
-            )
-        content = redact_credentials(content)[0]
-        checked = [screen_part(part) for part in checked]
+        size = text_size(content) + json_size(list(parts))
+        content, checked = await off_loop(size, screen_message, role, content, parts)
         if turn == "complete" and turn_id is None:
             raise ValidationError("turn_id", "must name the turn to complete")
         message = await self._write(
@@ -249,6 +287,8 @@ class ThreadStore:
                     turn_id,
                     turn,
                 )
+        if create_session or turn == "start":
+            await refuse_new_unreachable(conn, resource_id, session_id)
         if turn == "start":
             return await sql.start_turn(conn, resource_id, session_id, role, content, parts)
         if turn == "complete":

@@ -3,6 +3,10 @@
 The lifespan opens what the app needs and closes it in reverse order on
 shutdown: the database (an embedded PostgreSQL is stopped cleanly), the model
 client, observational memory's background work, the maintenance schedule.
+At start it also loads the embedding model (so that no request pays for
+its first load) and has the vector worker watch the served resource: memories
+without vectors, written before or by other processes, get them in the
+background (progress in the log, the recall preview and ``/api/info``).
 Tests pass an open ``LongTermMemory`` and a model instead; the app then
 borrows them and closes neither.
 """
@@ -19,12 +23,12 @@ from fastapi.staticfiles import StaticFiles
 from .. import __version__
 from ..access import AllowedHosts, HostGuard
 from ..agent import build_agent
-from ..connection import connect
-from ..embed import Embedder
+from ..connection import CONFIGURED, EmbedderChoice, connect
 from ..llm import ModelSettings, OpenAIChatModel
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
 from ..observe.settings_store import MemorySettingsStore
+from ..offload import stop_processes, use_processes
 from ..secrets import SecretCipher, SecretStore
 from ..threads import ThreadStore
 from .api import ROUTERS
@@ -54,7 +58,7 @@ def create_app(
     database_url: str | None = None,
     data_dir: str | Path | None = None,
     pool_size: int = 16,
-    embedder: Embedder | None = None,
+    embedder: EmbedderChoice = CONFIGURED,
     database_migrated: bool = False,
 ) -> FastAPI:
     """The server app for ``config``.
@@ -64,8 +68,9 @@ def create_app(
     Without ``model``, the chat routes use a client opened by the lifespan for
     ``model_settings``, else for ``POPAGENT_MODEL`` and friends when
     ``model_from_env``; with none of them they answer 503. ``cipher`` turns on
-    the secret tools in chat turns; ``embedder`` semantic recall on the
-    connection the lifespan opens. ``database_migrated`` (a worker of
+    the secret tools in chat turns; ``embedder`` is the embedding model of the
+    connection the lifespan opens (default: the configured one, as
+    ``connect``'s; ``None``: lexical recall only). ``database_migrated`` (a worker of
     ``serve --workers``) connects as ``connect(migrated=True)``: no migrations,
     and a startup that does not fail while the database is away.
     """
@@ -74,6 +79,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            # Large screening and checks run in worker processes: no request can
+            # hold the event loop (``popagent.offload``). They start on first use.
+            use_processes()
+            stack.callback(stop_processes)
             mem = memory
             if mem is None:
                 mem = await stack.enter_async_context(
@@ -85,6 +94,10 @@ def create_app(
                         migrated=database_migrated,
                     )
                 )
+            if mem.embedder is not None:
+                await mem.warm_up()  # failures are logged once; recall is lexical then
+                mem.watch_vectors(config.resource_id)
+                stack.callback(mem.unwatch_vectors, config.resource_id)
             chat_model = model
             wanted = model_settings
             if chat_model is None and wanted is None and model_from_env:

@@ -9,8 +9,11 @@ unexpected failure (its traceback goes to the log, never into the response),
 available. A request that gets any of them has written nothing.
 
 A database outage (``DatabaseError``, or a raw ``psycopg.OperationalError`` /
-``psycopg_pool.PoolTimeout`` from a path that did not wrap it) is a 503 and
-one short warning in the log per request, without a traceback.
+``psycopg_pool.PoolTimeout`` from a path that did not wrap it) is a 503
+``database_unavailable`` and one short warning in the log per request, without
+a traceback. A busy database (``DatabaseBusyError``: every pooled connection
+in use past the pool's queue limits, ``popagent.store.database``) is a 503
+``database_busy`` with ``Retry-After: 1``: the server is well, retry.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import (
     ConflictError,
+    DatabaseBusyError,
     DatabaseError,
     NotFoundError,
     PopagentError,
@@ -35,8 +39,10 @@ from ..errors import (
 )
 
 __all__ = [
+    "BUSY_RETRY_AFTER_S",
     "DATABASE_UNAVAILABLE",
     "OUTAGE_ERRORS",
+    "database_busy",
     "database_unavailable",
     "error_body",
     "error_response",
@@ -50,6 +56,8 @@ log = logging.getLogger("popagent.web")
 #: and ``psycopg.errors.DiskFull`` are ``OperationalError`` subclasses).
 OUTAGE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, psycopg.OperationalError)
 DATABASE_UNAVAILABLE = "the database is not available right now; try again shortly"
+#: The ``Retry-After`` (seconds) of a 503 ``database_busy``.
+BUSY_RETRY_AFTER_S = 1
 
 _STATUS: tuple[tuple[type[PopagentError], int, str], ...] = (
     (ValidationError, 422, "validation_error"),
@@ -138,6 +146,8 @@ def install_error_handlers(app: FastAPI) -> None:
             if isinstance(exc, cls):
                 if isinstance(exc, ValidationError):
                     return error_response(status, name, str(exc), exc.field)
+                if isinstance(exc, DatabaseBusyError):
+                    return database_busy(request, exc)
                 if isinstance(exc, DatabaseError):
                     return database_unavailable(request, exc)
                 if status >= 500:
@@ -177,3 +187,18 @@ def database_unavailable(request: Request, exc: BaseException) -> JSONResponse:
     # popagent's own message is written for people; a driver's may name internals.
     message = str(exc) if isinstance(exc, DatabaseError) and str(exc) else DATABASE_UNAVAILABLE
     return error_response(503, "database_unavailable", message)
+
+
+def database_busy(request: Request, exc: DatabaseBusyError) -> JSONResponse:
+    """503 ``database_busy`` with ``Retry-After``: every database connection stayed in
+    use past the pool's queue limits. Logged like an outage, as one short warning."""
+    log.warning(
+        "database busy: %s %s (%s)",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        extra={"path": request.url.path, "error": type(exc).__name__},
+    )
+    response = error_response(503, "database_busy", str(exc))
+    response.headers["retry-after"] = str(BUSY_RETRY_AFTER_S)
+    return response

@@ -27,6 +27,7 @@ __all__ = [
     "ErrorOut",
     "FactCreate",
     "FactHistoryOut",
+    "FactPut",
     "FactRestore",
     "FactUpdate",
     "FactVersionOut",
@@ -90,10 +91,21 @@ ExpiresAt = Annotated[
 
 
 class FactCreate(_Strict):
-    """A new fact. ``content`` is required; a taken ``key`` is a 409 (PATCH that fact instead)."""
+    """A new fact. ``content`` is required; a taken ``key`` is a 409 naming the fact that
+    holds it (``PUT /api/facts/by-key/{key}`` replaces its value, PATCH changes it)."""
 
     content: Content
     key: Key | None = None
+    importance: Importance = 0.5
+    #: When the fact ends: after it, recall never returns it and maintenance removes it.
+    expires_at: ExpiresAt = None
+
+
+class FactPut(_Strict):
+    """The value of the fact of the key in the path: created, or replaced (the replaced
+    value is kept as a version). ``expires_at`` left out or ``null``: it never expires."""
+
+    content: Content
     importance: Importance = 0.5
     #: When the fact ends: after it, recall never returns it and maintenance removes it.
     expires_at: ExpiresAt = None
@@ -274,6 +286,22 @@ class RecallOut(BaseModel):
     results: list[RecallResultOut]
     #: Exactly the block a turn would put in the model's context.
     rendered: str
+    #: The mode that ran: ``fused`` (words and meaning, the default with a model),
+    #: ``lexical`` (no model, or it is unavailable) or ``vector``.
+    mode: Literal["lexical", "vector", "fused"]
+    #: The mode asked for (``null``: the default); the preview always asks for the default.
+    requested: Literal["lexical", "vector", "fused"] | None
+    #: The embedding model, ``null`` when semantic recall is off.
+    model: str | None
+    #: ``loaded`` (works), ``not loaded`` (not used yet), ``unavailable`` (failed).
+    model_state: Literal["not loaded", "loaded", "unavailable"] | None
+    #: Why the model is unavailable.
+    model_error: str | None
+    #: The resource's memories whose vectors are still being written (up to 10,000):
+    #: found by their words only until then.
+    pending_vectors: int
+    #: Which mode ran and why, in one sentence.
+    reason: str
 
 
 class CleanupReport(BaseModel):

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 
 from ...agent import Agent, TurnResult
 from ...checks import check_text, is_blank
-from ...errors import PopagentError, TurnFailedError, ValidationError
+from ...errors import DatabaseBusyError, PopagentError, TurnFailedError, ValidationError
 from ..errors import DATABASE_UNAVAILABLE, OUTAGE_ERRORS, error_body
 from ..schemas import ChatReply, ChatRequest, ErrorOut
 from ..services import Services, services
@@ -135,6 +135,9 @@ async def _events(s: Services, agent: Agent, session_id: str, message: str) -> A
             queue.put_nowait(_event("error", error_body("model_failed", exc.message)))
         except ValidationError as exc:
             queue.put_nowait(_event("error", error_body("validation_error", str(exc), exc.field)))
+        except DatabaseBusyError as exc:
+            log.warning("database busy during a chat turn (%s)", type(exc).__name__)
+            queue.put_nowait(_event("error", error_body("database_busy", str(exc))))
         except OUTAGE_ERRORS as exc:
             log.warning("database unavailable during a chat turn (%s)", type(exc).__name__)
             queue.put_nowait(

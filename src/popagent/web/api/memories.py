@@ -5,6 +5,10 @@ Every call acts on the server's resource. Episodes are immutable: they can be
 read and deleted, and there is no route that changes one. Lists are newest
 first, paged by ``limit``/``offset``; ``next_offset`` is ``null`` on the last page.
 
+``POST /api/facts`` is a strict create (a taken key is a 409 naming the fact
+that holds it); ``PUT /api/facts/by-key/{key}`` is the upsert by key that the
+CLI's and MCP's ``remember`` do, so the same request may be sent twice.
+
 Every write records ``origin="api"`` as its provenance. Changing or deleting a
 fact keeps the replaced value as a version (``/api/facts/{id}/versions``),
 which ``/api/facts/{id}/restore`` makes current again; ``?purge=true`` on
@@ -19,8 +23,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from ...errors import NotFoundError, ValidationError
-from ...memory.validation import KEY_CAP
+from ...errors import ConflictError, NotFoundError, ValidationError
+from ...memory.validation import KEY_CAP, normalize_fact_content, normalize_key
 from ...models import Memory, MemoryFilter, Provenance
 from ..schemas import (
     CleanupReport,
@@ -28,6 +32,7 @@ from ..schemas import (
     ErrorOut,
     FactCreate,
     FactHistoryOut,
+    FactPut,
     FactRestore,
     FactUpdate,
     MemoryOut,
@@ -51,6 +56,15 @@ router = APIRouter(prefix="/api", tags=["memories"], responses=_ERRORS)
 API_WRITE = Provenance(origin="api")
 
 MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory's id.")]
+FactKey = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=KEY_CAP,
+        description="The fact's key (trimmed and lower-cased, as stored); percent-encode "
+        "what a URL path cannot hold.",
+    ),
+]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT)]
 Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 KeyFilter = Annotated[str | None, Query(min_length=1, max_length=KEY_CAP)]
@@ -129,16 +143,82 @@ async def list_facts(
 
 @router.post("/facts", response_model=MemoryOut, status_code=201, summary="Create a fact")
 async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
+    """Strict create: a key that another fact holds, or a keyless fact identical to
+    another, is a 409 whose message names that fact's id. To set a key's value
+    whether or not it exists, ``PUT /api/facts/by-key/{key}``."""
     s = services(request)
-    fact = await s.memory.create_fact(
+    try:
+        fact = await s.memory.create_fact(
+            s.resource_id,
+            body.content,
+            key=body.key,
+            importance=body.importance,
+            expires_at=body.expires_at,
+            provenance=API_WRITE,
+        )
+    except ConflictError as exc:
+        raise await _named_conflict(request, body, exc) from None
+    return fact.to_json()
+
+
+async def _named_conflict(request: Request, body: FactCreate, exc: ConflictError) -> ConflictError:
+    """``exc`` with the id of the fact the create collided with, and what to do instead."""
+    s = services(request)
+    if body.key is not None:
+        key = normalize_key(body.key)
+        found = await s.memory.list(s.resource_id, MemoryFilter(kind="fact", key=key, limit=1))
+        if not found:
+            return exc  # deleted since: the client may simply try again
+        return ConflictError(
+            f"fact {found[0].id} already has the key {key!r}: PUT /api/facts/by-key/{key} "
+            f"sets its value, PATCH /api/facts/{found[0].id} changes it"
+        )
+    content = normalize_fact_content(body.content)
+    where = MemoryFilter(kind="fact", text=content[:200], limit=PAGE_LIMIT)
+    for fact in await s.memory.list(s.resource_id, where):
+        if fact.key is None and fact.content == content:
+            return ConflictError(
+                f"fact {fact.id} is identical and has no key: PATCH /api/facts/{fact.id} changes it"
+            )
+    return exc
+
+
+@router.get("/facts/by-key/{key:path}", response_model=MemoryOut, summary="Read a fact by key")
+async def get_fact_by_key(request: Request, key: FactKey) -> dict[str, object]:
+    """The current fact of ``key``; 404 when no fact has it."""
+    s = services(request)
+    wanted = normalize_key(key)
+    found = await s.memory.list(s.resource_id, MemoryFilter(kind="fact", key=wanted, limit=1))
+    if not found:
+        raise NotFoundError(f"no fact with key {wanted!r} in this resource")
+    return found[0].to_json()
+
+
+@router.put(
+    "/facts/by-key/{key:path}",
+    response_model=MemoryOut,
+    status_code=200,
+    responses={201: {"model": MemoryOut, "description": "Created"}},
+    summary="Set the value of a key: create or replace its fact (upsert)",
+)
+async def put_fact(
+    request: Request, key: FactKey, body: FactPut, response: Response
+) -> dict[str, object]:
+    """What the CLI's and MCP's ``remember`` do with a key: 201 when the key was new,
+    200 when its fact was replaced (the old value kept as a version) or already
+    held this value. Idempotent: the same request twice leaves one fact."""
+    s = services(request)
+    result = await s.memory.remember(
         s.resource_id,
         body.content,
-        key=body.key,
+        key=key,
         importance=body.importance,
         expires_at=body.expires_at,
         provenance=API_WRITE,
     )
-    return fact.to_json()
+    if result.action == "created":
+        response.status_code = 201
+    return result.memory.to_json()
 
 
 @router.get("/facts/{id}", response_model=MemoryOut, summary="Read a fact")

@@ -17,6 +17,7 @@ from typing import Any
 import pydantic_core
 from fastapi import APIRouter, Request, Response
 
+from ...memory.recall_report import RecallReport
 from ...memory.render import render
 from ...models import Memory, RecallResult
 from ..schemas import ErrorOut, RecallOut, RecallRequest
@@ -37,8 +38,9 @@ def _memory(memory: Memory) -> dict[str, Any]:
     return out
 
 
-def recall_json(query: str, results: list[RecallResult]) -> bytes:
-    """``RecallOut`` of ``results`` as JSON, byte for byte what the model would write."""
+def recall_json(query: str, report: RecallReport) -> bytes:
+    """``RecallOut`` of ``report`` as JSON, byte for byte what the model would write."""
+    results: list[RecallResult] = report.results
     return pydantic_core.to_json(
         {
             "query": query,
@@ -58,6 +60,7 @@ def recall_json(query: str, results: list[RecallResult]) -> bytes:
                 for r in results
             ],
             "rendered": render(results),
+            **report.to_json(),
         }
     )
 
@@ -65,8 +68,9 @@ def recall_json(query: str, results: list[RecallResult]) -> bytes:
 @router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
 async def recall(request: Request, body: RecallRequest) -> Response:
     """The ranked memories a turn would recall for ``query``, each with its score
-    components, and exactly the block the model would see. A preview is not a
-    use: the memories' access time and count stay as they were."""
+    components, exactly the block the model would see, and which mode ran and why
+    (the embedding model's state, memories still waiting for their vectors). A
+    preview is not a use: the memories' access time and count stay as they were."""
     s = services(request)
-    results = await s.memory.recall(s.resource_id, body.query, limit=body.limit, touch=False)
-    return Response(recall_json(body.query, results), media_type="application/json")
+    report = await s.memory.recall_report(s.resource_id, body.query, limit=body.limit, touch=False)
+    return Response(recall_json(body.query, report), media_type="application/json")

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ... import __version__
+from ...memory.recall import PENDING_COUNT_CAP
 from ..schemas import ErrorOut, Health, MaintenanceOut
-from ..services import services
+from ..services import Services, services
 
 __all__ = ["HEALTH_TIMEOUT_S", "router"]
 
@@ -38,13 +39,21 @@ async def healthz(request: Request) -> JSONResponse:
             async with s.memory.pool.connection() as conn:
                 await conn.execute("SELECT 1")
     except Exception as exc:  # any failure to reach the database is "unavailable"
+        if isinstance(exc, TimeoutError) and s.memory.pool.busy():
+            # Waiting in line behind a burst while connections keep coming back:
+            # the database answers, it is only busy.
+            return JSONResponse({"status": "ok", "database": "busy"})
         return JSONResponse(
             {"status": "unavailable", "database": type(exc).__name__}, status_code=503
         )
     return JSONResponse({"status": "ok", "database": "ok"})
 
 
-@router.get("/api/info", summary="The server's resource, version, model and schedule")
+@router.get(
+    "/api/info",
+    summary="The server's resource, version, model, embedding model (and vectors still "
+    "pending) and schedule",
+)
 async def info(request: Request) -> dict[str, Any]:
     s = services(request)
     schedule = s.scheduler.state() if s.scheduler is not None else None
@@ -52,6 +61,7 @@ async def info(request: Request) -> dict[str, Any]:
         "version": __version__,
         "resource_id": s.resource_id,
         "model": None if s.agent is None else s.agent.model.model,
+        "embeddings": await _embeddings(s),
         "maintenance": None
         if schedule is None
         else {
@@ -79,4 +89,23 @@ async def maintain(request: Request) -> dict[str, int]:
         "expired_episodes": report.expired_episodes,
         "capped_episodes": report.capped_episodes,
         "expired_facts": report.expired_facts,
+    }
+
+
+async def _embeddings(s: Services) -> dict[str, Any] | None:
+    """Semantic recall's state: ``null`` when it is off (no embedding model)."""
+    memory = s.memory
+    health = memory.model_health()
+    progress = memory.vector_progress(s.resource_id)
+    if health is None or progress is None:
+        return None
+    return {
+        "model": health.model,
+        "state": health.state,
+        "error": health.error,
+        # Memories of the resource still waiting for their vectors (counted up to 10,000).
+        "pending_vectors": await memory.pending_vectors(s.resource_id, cap=PENDING_COUNT_CAP),
+        # Vectors this server process has written since it started, and whether it is now.
+        "written": progress.embedded,
+        "working": progress.working,
     }

@@ -1,7 +1,9 @@
 """``/recall``: preview what a turn would recall for a query.
 
 Shows the ranked memories with every score component (value, weight,
-contribution) and exactly the block a turn would put in the model's context.
+contribution) and exactly the block a turn would put in the model's context,
+and which mode ran and why (the embedding model and its state, how many
+memories still wait for their vectors and how many this server has written).
 A preview is not a use: the memories' access time and count stay as they
 were. It is still a POST with a CSRF token (a query is memory content, kept
 out of URLs, history and logs).
@@ -14,9 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...errors import ValidationError
+from ...memory.recall import PENDING_COUNT_CAP
+from ...memory.recall_report import RecallReport
 from ...memory.render import render
 from ...memory.validation import QUERY_CAP, check_query
-from ..services import services
+from ..services import Services, services
 from .forms import read_form
 from .rendering import page
 from .routing import HtmlRoute
@@ -29,11 +33,33 @@ LIMIT_CAP = 100
 DEFAULT_LIMIT = 8
 
 
-def _page(
+async def _vectors(s: Services, report: RecallReport | None) -> dict[str, object]:
+    """What the page says about semantic recall, before or with a preview."""
+    memory = s.memory
+    health = memory.model_health()
+    progress = memory.vector_progress(s.resource_id)
+    if report is not None:
+        pending = report.pending
+    elif memory.embedder is not None:
+        pending = await memory.pending_vectors(s.resource_id, cap=PENDING_COUNT_CAP)
+    else:
+        pending = 0
+    return {
+        "model": health.model if health is not None else None,
+        "state": health.state if health is not None else None,
+        "error": health.error if health is not None else None,
+        "pending": pending,
+        "pending_cap": PENDING_COUNT_CAP,
+        "embedded": progress.embedded if progress is not None else 0,
+        "working": progress.working if progress is not None else False,
+    }
+
+
+async def _page(
     request: Request,
     form: dict[str, str],
     errors: dict[str, str],
-    results: object = None,
+    report: RecallReport | None = None,
     rendered: str | None = None,
 ) -> Response:
     return page(
@@ -43,7 +69,9 @@ def _page(
         status_code=422 if errors else 200,
         form=form,
         errors=errors,
-        results=results,
+        results=report.results if report is not None else None,
+        report=report,
+        vectors=await _vectors(services(request), report),
         rendered=rendered,
         query_cap=QUERY_CAP,
         limit_cap=LIMIT_CAP,
@@ -52,7 +80,7 @@ def _page(
 
 @router.get("/recall")
 async def recall_form(request: Request) -> Response:
-    return _page(request, {"query": "", "limit": str(DEFAULT_LIMIT)}, {})
+    return await _page(request, {"query": "", "limit": str(DEFAULT_LIMIT)}, {})
 
 
 @router.post("/recall")
@@ -72,7 +100,7 @@ async def recall(request: Request) -> Response:
         else:
             errors["limit"] = f"must be a whole number from 1 to {LIMIT_CAP}"
     if errors:
-        return _page(request, form, errors)
+        return await _page(request, form, errors)
     s = services(request)
-    results = await s.memory.recall(s.resource_id, query, limit=limit, touch=False)
-    return _page(request, form, errors, results, render(results))
+    report = await s.memory.recall_report(s.resource_id, query, limit=limit, touch=False)
+    return await _page(request, form, errors, report, render(report.results))

@@ -6,16 +6,26 @@ Invariants:
 - Every rendered page carries a CSRF token in its context and makes sure the
   browser holds the matching ``popagent_csrf`` cookie (set once, reused).
 - Pages name the resource from the server's services, never from the request.
+- Characters that change how text around them reads without showing
+  themselves (bidirectional overrides, embeddings, isolates and marks;
+  zero-width spaces and joiners' kin, the word joiner, the BOM, soft hyphens,
+  tag characters) are shown as visible escapes, ``⟨U+202E⟩``, wherever a
+  value is printed (``_visible``, the environment's ``finalize``): an unclosed
+  U+202E in a memory, a title or an ID cannot reverse the rest of a row.
+  Values a form sends back (``|exact``) keep them, so editing never changes
+  them. The zero-width joiner (U+200D) is left alone: emoji sequences need it.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
@@ -69,9 +79,40 @@ def _query(params: dict[str, Any]) -> str:
     return urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
+# Shown as visible escapes: the bidirectional controls (U+061C, U+200E/F, U+202A-E,
+# U+2066-9), zero-width and invisible characters (U+200B/C, U+2060-4, U+FEFF, U+180E,
+# U+00AD, the Hangul fillers) and the tag characters (U+E0000-7F).
+_HIDDEN = re.compile(
+    "[\u00ad\u061c\u115f\u1160\u180e\u200b\u200c\u200e\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0\U000e0000-\U000e007f]"
+)
+
+
+class _Exact(str):
+    """A value printed exactly as it is (a form field's value, sent back on submit)."""
+
+    __slots__ = ()
+
+
+def _exact(value: object) -> _Exact:
+    return _Exact("" if value is None else value)
+
+
+def _escape_hidden(match: re.Match[str]) -> str:
+    return f"\u27e8U+{ord(match.group(0)):04X}\u27e9"
+
+
+def _visible(value: object) -> object:
+    """Every printed value, with its hidden characters shown (``⟨U+202E⟩``)."""
+    if isinstance(value, str) and not isinstance(value, (_Exact, Markup)):
+        return _HIDDEN.sub(_escape_hidden, value)
+    return value
+
+
 _env = Environment(
     loader=FileSystemLoader(TEMPLATES_DIR),
     autoescape=True,
+    finalize=_visible,
     undefined=StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
@@ -81,6 +122,7 @@ _env.filters["when"] = _when
 _env.filters["path"] = _path
 _env.filters["past"] = _past
 _env.filters["query"] = _query
+_env.filters["exact"] = _exact
 
 
 def notice_of(request: Request) -> str | None:

@@ -1,0 +1,360 @@
+"""Recall quality on both kinds of data, side by side: LoCoMo and the implicit questions.
+
+LoCoMo (``bench/locomo.py``) asks questions that repeat the conversation's
+words; the implicit set (``bench/implicit.py``) asks questions that need a
+memory without naming it. A ranking change can win on one and lose on the
+other, so this program reports both in one table.
+
+Two modes:
+
+``python bench/quality.py [--embedder local|e5|none|openai]``
+    Runs both benchmarks through the library (``recall`` as a user calls it),
+    in one disposable cluster, and prints one table: per system (BM25 in the
+    same run, lexical, vector, fused), the implicit set's top-8 hit rate per
+    split and part and LoCoMo's evidence R@8 per category, with recall latency.
+
+``python bench/quality.py --sweep [--captures PATH]``
+    Tunes ranking offline. Recall's candidates (the lexical statistics, the
+    lexical candidates and the vector index's nearest, as ``memory.recall``
+    fetches them) are captured once per question; every variant in
+    ``VARIANTS`` then re-ranks the same candidates with the pure ``rank``, so a
+    grid of parameters costs seconds. ``--captures`` keeps the capture in a file
+    (pickle, made by this program) for later runs. Dev data chooses parameters:
+    the implicit ``dev`` split and LoCoMo's first three conversations; the
+    implicit ``check`` split and the other seven conversations are reported
+    beside them and chose nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pickle
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import implicit
+import locomo
+import popagent
+from embedders import CHOICES, embedder_named
+from popagent import LongTermMemory
+from popagent.embed import Embedder
+from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, rank
+from popagent.memory.recall import candidate_idfs, recall_pool
+from popagent.memory.temporal import TimeWindow, query_window
+from popagent.models import Candidate, CorpusStats, RecallResult
+from popagent.store import recall as recall_sql
+from popagent.store import vectors as vector_store
+from popagent.store.embedded import EmbeddedServer
+
+LOCOMO_DEV = 3  # LoCoMo's first three conversations are its dev part
+
+
+# --- the library run --------------------------------------------------------------------
+
+
+async def run_both(
+    url: str,
+    embedder: Embedder | None,
+    stores: list[implicit.Store],
+    conversations: list[locomo.Conversation],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    implicit_out = await implicit.evaluate(url, stores, embedder)
+    locomo_out = await locomo.evaluate(url, conversations, embedder)
+    return implicit_out, locomo_out
+
+
+def combined_table(implicit_out: dict[str, Any], locomo_out: dict[str, Any]) -> str:
+    """One row per system: implicit top-8 per split and part, LoCoMo R@8 per category."""
+    parts = [
+        (e["split"], e["part"])
+        for e in implicit_out["summary"]
+        if e["part"] in implicit.PARTS or e["part"] == "all"
+    ]
+    head = ["system", *(f"{split} {part}" for split, part in parts)]
+    head += [f"LoCoMo {c['category']}" for c in locomo_out["summary"]]
+    head += ["implicit p50/p95 ms", "LoCoMo p50/p95 ms"]
+    by_part = {(e["split"], e["part"]): e for e in implicit_out["summary"]}
+    cells = []
+    for system in implicit_out["systems"]:
+        row = [system]
+        row += [f"{by_part[p][system]['hit@8']:.3f}" for p in parts]
+        row += [f"{c[system][8]:.3f}" for c in locomo_out["summary"]]
+        for out in (implicit_out, locomo_out):
+            lat = out["recall_ms"].get(system)
+            row.append(f"{lat['p50']:.1f}/{lat['p95']:.1f}" if lat else "")
+        cells.append(row)
+    return implicit.table(head, cells)
+
+
+# --- capture and replay -----------------------------------------------------------------
+
+
+@dataclass
+class Capture:
+    """One question's recall candidates and how to judge a ranking of them."""
+
+    dataset: str  # "implicit" or "locomo"
+    split: str  # "dev" or "check"
+    group: str  # implicit part, or LoCoMo category
+    query: str
+    now: datetime
+    limit: int
+    stats: CorpusStats
+    window: TimeWindow | None
+    lexical: list[Candidate]
+    vector: list[Candidate]
+    answers: frozenset[int]  # implicit: the memories that answer
+    evidence: frozenset[str]  # LoCoMo: the dia_ids to cover
+    covers: dict[int, frozenset[str]]  # LoCoMo: memory id -> dia_ids
+
+
+async def capture_one(
+    memory: LongTermMemory, resource: str, query: str, now: datetime, pool: int
+) -> tuple[CorpusStats, TimeWindow | None, list[Candidate], list[Candidate]]:
+    """The candidates ``recall`` ranks for ``query`` (as ``memory.recall`` fetches them)."""
+    embedder = memory.embedder
+    async with memory.pool.connection() as conn:
+        stats = await recall_sql.corpus_stats(conn, resource, query)
+        lexical = await recall_sql.candidates(
+            conn, resource, stats, idfs=candidate_idfs(stats), pool=pool
+        )
+        vector: list[Candidate] = []
+        if embedder is not None:
+            query_vector = (await embedder.embed([query], kind="query"))[0]
+            vector = await vector_store.nearest(
+                conn,
+                resource,
+                model=embedder.model,
+                query=query_vector,
+                limit=pool,
+                lexemes=recall_sql.scored_lexemes(stats),
+                resource_size=stats.documents,
+            )
+    return stats, query_window(query, now), lexical, vector
+
+
+async def capture_all(
+    url: str,
+    embedder: Embedder | None,
+    stores: list[implicit.Store],
+    conversations: list[locomo.Conversation],
+    pool: int,
+) -> list[Capture]:
+    out: list[Capture] = []
+    now = datetime.now(UTC)
+    async with popagent.connect(url, embedder=embedder) as memory:
+        await implicit.ingest(memory, stores, now)
+        await locomo.ingest(memory, conversations)
+        for store in stores:
+            ids = await implicit.stored_ids(memory, store)
+            by_item = {item: mid for mid, item in ids.items()}
+            for q in store.questions:
+                parts = await capture_one(memory, store.resource, q.text, now, pool)
+                answers = frozenset(by_item[a] for a in q.answers)
+                out.append(
+                    Capture(
+                        "implicit", store.split, q.part, q.text, now, implicit.LIMIT, *parts,
+                        answers, frozenset(), {},
+                    )
+                )  # fmt: skip
+        for index, conv in enumerate(conversations):
+            covers: dict[int, frozenset[str]] = {}
+            offset = 0
+            while page := await memory.list_episodes(conv.resource, limit=1000, offset=offset):
+                offset += len(page)
+                covers |= {m.id: conv.covers[m.content] for m in page}
+            split = "dev" if index < LOCOMO_DEV else "check"
+            for lq in conv.questions:
+                parts = await capture_one(memory, conv.resource, lq.text, conv.now, pool)
+                out.append(
+                    Capture(
+                        "locomo", split, locomo.CATEGORIES[lq.category], lq.text, conv.now,
+                        max(locomo.KS), *parts, frozenset(), lq.evidence, covers,
+                    )
+                )  # fmt: skip
+    return out
+
+
+#: A way to rank a capture: its results, best first.
+Ranker = Callable[[Capture], list[RecallResult]]
+
+
+def fused(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
+    def run(c: Capture) -> list[RecallResult]:
+        return rank(
+            [*c.lexical, *c.vector],
+            c.stats,
+            now=c.now,
+            limit=c.limit,
+            weights=weights,
+            semantic=True,
+            window=c.window,
+        )
+
+    return run
+
+
+def vector_only(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
+    only = replace(weights, fusion="blend", semantic_share=1.0)
+
+    def run(c: Capture) -> list[RecallResult]:
+        return rank(
+            c.vector,
+            c.stats,
+            now=c.now,
+            limit=c.limit,
+            weights=only,
+            semantic=True,
+            window=c.window,
+        )
+
+    return run
+
+
+def lexical_only(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
+    def run(c: Capture) -> list[RecallResult]:
+        return rank(c.lexical, c.stats, now=c.now, limit=c.limit, weights=weights, window=c.window)
+
+    return run
+
+
+def judge(c: Capture, results: Sequence[RecallResult]) -> float:
+    """Implicit: 1 when an answer is in the top 8. LoCoMo: evidence R@8."""
+    ids = [r.memory.id for r in results]
+    if c.dataset == "implicit":
+        return float(any(i in c.answers for i in ids[: implicit.LIMIT]))
+    return locomo.recall_at(c.evidence, [c.covers[i] for i in ids], 8)
+
+
+COLUMNS = (
+    ("implicit", "dev", ("facts", "episodes", "few")),
+    ("locomo", "dev", ("all",)),
+    ("implicit", "check", ("facts", "episodes", "few")),
+    ("locomo", "check", ("all",)),
+)
+LOCOMO_GROUPS = tuple(locomo.CATEGORIES.values())
+
+
+def replay(captures: list[Capture], variants: dict[str, Ranker]) -> str:
+    """The sweep's table: one row per variant, dev columns first."""
+    head = ["variant"]
+    keys: list[tuple[str, str, str]] = []
+    for dataset, split, groups in COLUMNS:
+        for group in groups:
+            keys.append((dataset, split, group))
+            head.append(f"{'impl' if dataset == 'implicit' else 'LoCoMo'} {split} {group}")
+    keys += [("locomo", "all", g) for g in LOCOMO_GROUPS]
+    head += [f"LoCoMo {g}" for g in LOCOMO_GROUPS]
+    keys.append(("locomo", "all", "all"))
+    head.append("LoCoMo all")
+    cells = []
+    for name, ranker in variants.items():
+        values: dict[tuple[str, str, str], list[float]] = {}
+        for c in captures:
+            if c.dataset == "implicit" and c.group == "unrelated":
+                continue
+            v = judge(c, ranker(c))
+            for key in ((c.dataset, c.split, c.group), (c.dataset, c.split, "all")):
+                values.setdefault(key, []).append(v)
+            if c.dataset == "locomo":
+                values.setdefault(("locomo", "all", c.group), []).append(v)
+                values.setdefault(("locomo", "all", "all"), []).append(v)
+        cells.append([name, *(f"{statistics.fmean(values[k]):.3f}" for k in keys)])
+    return implicit.table(head, cells)
+
+
+def unrelated_answered(captures: list[Capture], variants: dict[str, Ranker]) -> str:
+    head = ["variant", "unrelated answered (of n)"]
+    group = [c for c in captures if c.group == "unrelated"]
+    cells = [
+        [name, f"{sum(bool(ranker(c)) for c in group)} of {len(group)}"]
+        for name, ranker in variants.items()
+    ]
+    return implicit.table(head, cells)
+
+
+def variants() -> dict[str, Ranker]:
+    """The experiments of ``--sweep`` (docs/embeddings.md reports them)."""
+    w = DEFAULT_WEIGHTS
+    # Before the near-best rule: only ``min_similarity`` admitted a vector-only memory.
+    floor_only = replace(w, min_nearest_similarity=1.0)
+    out: dict[str, Ranker] = {
+        "lexical": lexical_only(w),
+        "vector": vector_only(w),
+        "fused (default)": fused(w),
+        "fused, floor 0.2 only": fused(floor_only),
+    }
+    for share in (0.25, 0.3, 0.4, 0.5, 0.6):
+        out[f"blend share {share}"] = fused(replace(w, semantic_share=share))
+    for k in (5.0, 20.0, 60.0):
+        out[f"rrf k={k:g}"] = fused(replace(w, fusion="rrf", rrf_k=k))
+    for floor in (0.1, 0.15):
+        out[f"floor {floor} only"] = fused(replace(floor_only, min_similarity=floor))
+    for margin, least in ((0.03, 0.05), (0.05, 0.05), (0.1, 0.1)):
+        out[f"near best -{margin}, >= {least}"] = fused(
+            replace(w, similarity_margin=margin, min_nearest_similarity=least)
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--embedder", choices=CHOICES, default="local")
+    parser.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA, help="locomo10.json")
+    parser.add_argument("--conversations", type=int, metavar="N", help="only LoCoMo's first N")
+    parser.add_argument("--sweep", action="store_true", help="re-rank captured candidates")
+    parser.add_argument("--captures", type=Path, metavar="PATH", help="capture file (--sweep)")
+    parser.add_argument("--pool", type=int, default=recall_pool(8), help="candidates (--sweep)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    embedder = embedder_named(args.embedder)
+    captures: list[Capture] | None = None
+    if args.sweep and args.captures is not None and args.captures.exists():
+        with args.captures.open("rb") as f:
+            captures = pickle.load(f)  # a file this program wrote
+    if captures is None or not args.sweep:
+        stores = implicit.load()
+        conversations = locomo.load(args.data, args.conversations)
+        tmp = tempfile.mkdtemp(prefix="popagent-quality-")
+        server = None
+        try:
+            server = EmbeddedServer(tmp, delete=True)
+            if args.sweep:
+                captures = asyncio.run(
+                    capture_all(server.url, embedder, stores, conversations, args.pool)
+                )
+            else:
+                implicit_out, locomo_out = asyncio.run(
+                    run_both(server.url, embedder, stores, conversations)
+                )
+        finally:
+            if server is not None:
+                server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        if args.sweep and args.captures is not None:
+            with args.captures.open("wb") as f:
+                pickle.dump(captures, f)
+    model = embedder.model if embedder is not None else None
+    if args.sweep:
+        assert captures is not None
+        print(f"Sweep over {len(captures):,} captured questions, embedder {model}\n")
+        chosen = variants()
+        print(replay(captures, chosen))
+        print()
+        print(unrelated_answered(captures, chosen))
+    else:
+        print(f"Recall quality, embedder {model}: top-8 hit rate (implicit), R@8 (LoCoMo)\n")
+        print(combined_table(implicit_out, locomo_out))
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

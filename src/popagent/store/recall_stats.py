@@ -1,0 +1,61 @@
+"""Recall's statistics, counted by the statements that insert and delete memories.
+
+``popagent_resource_stats`` and ``popagent_lexeme_stats`` (migration 0004) hold
+what BM25 needs to know of a resource: its memories and their summed lengths,
+and per lexeme how many of its memories hold it. Invariant: after every
+statement of ``store/`` both equal a full count of ``popagent_memories`` (a
+lexeme whose count fell to 0 may remain with 0); ``tests/test_recall_statistics.py``
+checks every write path against a recount.
+
+Migration 0015 dropped the statement-level triggers that counted inserted and
+deleted rows: they read transition tables, which a distributed table (Citus)
+cannot have, and row-level triggers instead made a bulk insert cost twice as
+much and a cleanup a hundred times as much. So each statement that inserts or
+deletes memories returns the rows it wrote from a data-modifying CTE and
+follows it with ``counted``: two more CTEs that add the rows' aggregated
+counts, one upsert per resource and one per (resource, lexeme), as the
+triggers did. A content change (a fact's update) is still counted by 0004's
+row trigger. SQL of one's own that inserts or deletes memories must do the
+same (or recount: docs/scaling.md).
+
+Lock order, as before: a writer upserts the resource's row first and its
+lexemes' rows in lexeme order, so concurrent writers of one resource queue on
+that row and never deadlock. The lexeme CTE reads the resource CTE's row count
+before it writes anything, which makes PostgreSQL run the resource upserts
+first (Citus runs the CTEs one after another in that order anyway).
+"""
+
+from __future__ import annotations
+
+__all__ = ["counted"]
+
+
+def counted(rows: str, sign: int, *, where: str = "true", name: str = "counted") -> str:
+    """Two CTEs (to follow ``rows`` in a ``WITH`` list) that count the rows of CTE ``rows``
+    in the statistics: ``sign`` 1 for rows inserted, -1 for rows deleted.
+
+    ``rows`` must return ``resource_id`` and ``search_vector``; ``where`` (over its
+    alias ``r``) selects the rows to count, e.g. the inserted ones of an upsert. The
+    CTEs are named ``{name}_resources`` and ``{name}_lexemes``.
+    """
+    if sign not in (1, -1):
+        raise ValueError("sign is 1 (inserted rows) or -1 (deleted rows)")
+    minus = "-" if sign < 0 else ""
+    return f"""{name}_resources AS (
+    INSERT INTO popagent_resource_stats AS s (resource_id, documents, total_length)
+    SELECT r.resource_id, {minus}count(*), {minus}coalesce(sum(length(r.search_vector)), 0)
+    FROM {rows} r
+    WHERE {where}
+    GROUP BY r.resource_id ORDER BY r.resource_id
+    ON CONFLICT (resource_id) DO UPDATE
+    SET documents = s.documents + EXCLUDED.documents,
+        total_length = s.total_length + EXCLUDED.total_length
+    RETURNING s.resource_id
+), {name}_lexemes AS (
+    INSERT INTO popagent_lexeme_stats AS s (resource_id, lexeme, documents)
+    SELECT r.resource_id, l.lexeme, {minus}count(*)
+    FROM {rows} r CROSS JOIN LATERAL unnest(r.search_vector) AS l
+    WHERE {where} AND (SELECT count(*) FROM {name}_resources) >= 0
+    GROUP BY r.resource_id, l.lexeme ORDER BY r.resource_id, l.lexeme
+    ON CONFLICT (resource_id, lexeme) DO UPDATE SET documents = s.documents + EXCLUDED.documents
+)"""
