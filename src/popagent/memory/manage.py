@@ -31,6 +31,7 @@ from ..models import (
     Provenance,
     RememberResult,
 )
+from ..offload import off_loop, text_size
 from ..store import memories as store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
@@ -67,6 +68,20 @@ EPISODE_IMPORTANCE = 0.3
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _episode_rows(turns: list[EpisodeTurn]) -> list[tuple[str, str, str, datetime | None]]:
+    """Each turn checked, built and redacted as ``retain_episode`` does, as the rows of
+    ``store.insert_episodes``; turns with an empty side are left out. Pure and
+    linear in the turns' text, so it may run off the event loop."""
+    rows: list[tuple[str, str, str, datetime | None]] = []
+    for turn in turns:
+        session_id = check_id("session_id", turn.session_id)
+        created_at = check_time("created_at", turn.created_at)
+        built = episode_content(turn.user_text, turn.assistant_text)
+        if built is not None:
+            rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
+    return rows
 
 
 def _check_purge(kind: Kind | None, purge: bool) -> None:
@@ -119,7 +134,9 @@ class Management(MemoryBase):
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         created_at = check_time("created_at", created_at)
-        built = episode_content(user_text, assistant_text)
+        built = await off_loop(
+            text_size(user_text, assistant_text), episode_content, user_text, assistant_text
+        )
         if built is None:
             return None
         content, _redacted = built
@@ -143,7 +160,9 @@ class Management(MemoryBase):
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
         created_at = check_time("created_at", created_at)
-        built = episode_content(user_text, assistant_text)
+        built = await off_loop(
+            text_size(user_text, assistant_text), episode_content, user_text, assistant_text
+        )
         if built is None:
             return None
         content = built[0]
@@ -180,13 +199,8 @@ class Management(MemoryBase):
         """
         resource_id = check_id("resource_id", resource_id)
         origin = check_provenance(Provenance(origin=origin)).origin
-        rows: list[tuple[str, str, str, datetime | None]] = []
-        for turn in turns:
-            session_id = check_id("session_id", turn.session_id)
-            created_at = check_time("created_at", turn.created_at)
-            built = episode_content(turn.user_text, turn.assistant_text)
-            if built is not None:
-                rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
+        size = sum(text_size(t.user_text, t.assistant_text) for t in turns)
+        rows = await off_loop(size, _episode_rows, list(turns))
         async with self._pool.connection() as conn:
             inserted = await store.insert_episodes(
                 conn,
