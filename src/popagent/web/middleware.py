@@ -10,7 +10,11 @@ Invariants:
   string or a body: a text filter or a recall query is memory content.
 - With a token configured, every route but ``/healthz``, ``/login`` and the
   static assets needs it: ``Authorization: Bearer`` (API clients) or the
-  ``popagent_token`` cookie that ``/login`` sets (the GUI in a browser).
+  ``popagent_login`` cookie of a live login that ``/login`` made (the GUI in a
+  browser; ``web.logins``: the cookie holds a random login id, never the token).
+- In multi-resource mode every such route needs an API key (its resource and
+  scope, ``popagent.keys``) or the operator token, which reaches only the key
+  routes; what a credential's scope does not allow gets 403, audited.
 - A request that names a resource (query parameter or header) is refused with
   422: the resource is the server's, and silently ignoring the name would let
   a client believe it read another resource.
@@ -35,6 +39,7 @@ import asyncio
 import codecs
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -47,16 +52,22 @@ from starlette.exceptions import HTTPException
 
 from ..access import AllowedHosts, bearer_matches, request_port
 from ..errors import PopagentError
+from ..keys import Principal
+from ..keys import Scope as KeyScope
+from ..store.tenant import serving
+from .logins import LOGIN_COOKIE
 
 __all__ = [
+    "LOGIN_COOKIE",
     "SECURITY_HEADERS",
-    "TOKEN_COOKIE",
     "AccessLog",
     "BodyTimeout",
     "LifespanGuard",
     "RequestGuard",
     "SecurityHeaders",
     "TokenGate",
+    "needed_scope",
+    "refusal",
     "startup_failure",
 ]
 
@@ -66,8 +77,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-TOKEN_COOKIE = "popagent_token"
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN_PATHS = frozenset({"/healthz", "/login", "/favicon.ico"})
 _STATIC = "/static/"
 _RESOURCE_NAME = re.compile(r"resource", re.IGNORECASE)
@@ -197,57 +208,218 @@ class SecurityHeaders:
 
 
 class TokenGate:
-    """Require the bearer token (header or login cookie) on every route but the open ones."""
+    """Require a credential on every route but the open ones, and tell the routes whose.
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    Single-resource mode (the default): with a token configured, the bearer token
+    or a live login cookie; without one (loopback only), nothing. Multi-resource
+    mode: an API key (its resource and scope), or the operator token (keys only,
+    no memory), as ``Authorization: Bearer`` or a live login cookie. The
+    principal goes into ``scope["state"]["principal"]``, where ``services()``
+    takes the request's resource from.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        *,
+        resource_id: str = "",
+        multi_resource: bool = False,
+        key_requests_per_minute: int | None = None,
+        quota_memories: int | None = None,
+        quota_bytes: int | None = None,
+    ) -> None:
         self.app = app
         self.token = token
+        self.resource_id = resource_id
+        self.multi_resource = multi_resource
+        self.key_requests_per_minute = key_requests_per_minute
+        self.quota_memories = quota_memories
+        self.quota_bytes = quota_bytes
 
-    def _authorized(self, scope: Scope) -> bool:
-        assert self.token is not None
+    async def _principal(self, scope: Scope) -> tuple[Principal | None, bool]:
+        """Who the request is, and whether it presented any credential at all."""
         headers = _headers(scope)
-        if bearer_matches(headers.get(b"authorization", b"").decode("latin-1"), self.token):
-            return True
-        raw = headers.get(b"cookie")
-        if raw:
-            cookie: SimpleCookie = SimpleCookie()
-            try:
-                cookie.load(raw.decode("latin-1"))
-            except Exception:  # a malformed cookie header is no token
-                return False
-            morsel = cookie.get(TOKEN_COOKIE)
-            if morsel is not None:
-                return bearer_matches(f"Bearer {morsel.value}", self.token)
-        return False
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        svc = scope["app"].state.services
+        if authorization:
+            if self.token is not None and bearer_matches(authorization, self.token):
+                if self.multi_resource:
+                    return Principal(None, "operator"), True
+                return Principal(self.resource_id, "admin"), True
+            if self.multi_resource:
+                scheme, _, key = authorization.partition(" ")
+                if scheme.lower() == "bearer":
+                    found = await svc.keys.authenticate(
+                        key.strip(), method=scope["method"], path=_route_of(scope["path"])
+                    )
+                    return found, True
+            return None, True
+        login = _cookie(headers, LOGIN_COOKIE)
+        if login is None:
+            return None, False
+        principal = await svc.logins.lookup(login)
+        if principal is None:
+            return None, True
+        if self.multi_resource:
+            # A login of the single-resource mode (the token, no key) is not valid here.
+            ok = principal.is_operator or principal.key_id is not None
+        else:
+            ok = principal.key_id is None and principal.resource_id == self.resource_id
+        return (principal if ok else None), True
+
+    async def _over_limit(self, scope: Scope, principal: Principal) -> tuple[str, str, int] | None:
+        """(audit reason, message, Retry-After seconds) when the key has used up its
+        requests of this minute, or the resource its storage on a write that adds
+        content; else ``None``."""
+        limit = self.key_requests_per_minute
+        if limit is not None and principal.key_id is not None and principal.window_count > limit:
+            wait = max(1, math.ceil(principal.window_left_s))
+            return "rate_limited", f"this key may make {limit:,} requests a minute", wait
+        if (
+            principal.resource_id is not None
+            and (self.quota_memories is not None or self.quota_bytes is not None)
+            and scope["method"] in ("POST", "PUT", "PATCH")
+            and _ADDS_CONTENT.match(scope["path"])
+        ):
+            message = await _usage_refusal(
+                scope["app"].state.services,
+                principal.resource_id,
+                self.quota_memories,
+                self.quota_bytes,
+            )
+            if message is not None:
+                return "quota", message + "; delete memories to make room", 3600
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if (
-            self.token is None
-            or scope["type"] != "http"
+            scope["type"] != "http"
+            or (self.token is None and not self.multi_resource)
             or path in _OPEN_PATHS
             or path.startswith(_STATIC)
-            or self._authorized(scope)
         ):
             await self.app(scope, receive, send)
             return
-        if path.startswith("/api/") or path == "/openapi.json":
-            await _send_json(
-                send,
-                401,
-                _error("unauthorized", "missing or wrong bearer token"),
-                (b"www-authenticate", b"Bearer"),
+        principal, presented = await self._principal(scope)
+        api = path.startswith("/api/") or path == "/openapi.json"
+        if principal is None:
+            if presented and self.multi_resource and api:
+                await scope["app"].state.services.keys.audit_refusal(
+                    None, "unknown_credential", method=scope["method"], path=_route_of(path)
+                )
+            if api:
+                await _send_json(
+                    send,
+                    401,
+                    _error("unauthorized", "missing or wrong bearer token"),
+                    (b"www-authenticate", b"Bearer"),
+                )
+                return
+            location = "/login?next=" + quote(path, safe="/")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 303,
+                    "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+                }
             )
+            await send({"type": "http.response.body", "body": b""})
             return
-        location = "/login?next=" + quote(path, safe="/")
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [(b"location", location.encode()), (b"content-length", b"0")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
+        if self.multi_resource:
+            limited = await self._over_limit(scope, principal)
+            if limited is not None:
+                why, message, retry_after = limited
+                await scope["app"].state.services.keys.audit_refusal(
+                    principal, why, method=scope["method"], path=_route_of(path)
+                )
+                await _send_json(
+                    send,
+                    429,
+                    _error("rate_limited" if why == "rate_limited" else "quota_exceeded", message),
+                    (b"retry-after", str(retry_after).encode()),
+                )
+                return
+            reason = refusal(principal, scope["method"], path)
+            if reason is not None:
+                await scope["app"].state.services.keys.audit_refusal(
+                    principal, reason, method=scope["method"], path=_route_of(path)
+                )
+                message = (
+                    "the operator credential manages keys and reads no memory"
+                    if reason == "operator_reads_no_memory"
+                    else f"this key's scope ({principal.scope}) does not allow this request"
+                )
+                await _send_json(send, 403, _error("forbidden", message))
+                return
+        scope.setdefault("state", {})["principal"] = principal
+        if not self.multi_resource or principal.resource_id is None:
+            await self.app(scope, receive, send)
+            return
+        # Every connection this request (and work it starts) takes is confined to the
+        # key's resource by row-level security (``store.tenant``, migration 0018).
+        with serving(principal.resource_id):
+            await self.app(scope, receive, send)
+
+
+_ADDS_CONTENT = re.compile(
+    r"^(/api/facts(/by-key/.*)?|/api/sessions/[^/]+/(chat|items)|/facts(/\d+)?|/chat/[^/]+)$"
+)
+
+
+async def _usage_refusal(
+    svc: Any, resource_id: str, quota_memories: int | None, quota_bytes: int | None
+) -> str | None:
+    memories, size = await svc.keys.usage(resource_id)
+    if quota_memories is not None and memories >= quota_memories:
+        return f"this resource stores {memories:,} memories; its quota is {quota_memories:,}"
+    if quota_bytes is not None and size >= quota_bytes:
+        return f"this resource stores {size:,} bytes of memories; its quota is {quota_bytes:,}"
+    return None
+
+
+def needed_scope(method: str, path: str) -> KeyScope | None:
+    """The scope a key needs for ``method path`` (multi-resource mode); ``None``: any
+    credential (logging out)."""
+    if path == "/logout":
+        return None
+    if path.startswith(("/api/keys", "/keys")) or path in ("/api/purge", "/purge"):
+        return "admin"
+    if method in _SAFE or (method == "POST" and path in ("/api/recall", "/recall")):
+        return "read"
+    return "write"
+
+
+def refusal(principal: Principal, method: str, path: str) -> str | None:
+    """Why ``principal`` may not make this request (an audit reason), else ``None``."""
+    needed = needed_scope(method, path)
+    if principal.is_operator:
+        if needed is None or path.startswith("/api/keys") or path == "/openapi.json":
+            return None
+        return "operator_reads_no_memory"
+    if needed is not None and not principal.allows(needed):
+        return "scope"
+    return None
+
+
+def _route_of(path: str) -> str:
+    """The first two segments of ``path`` (``/api/facts``): what the audit keeps of a
+    request, since later segments can be ids a client chose."""
+    return "/".join(path.split("/")[:3])[:200]
+
+
+def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:
+    raw = headers.get(b"cookie")
+    if not raw:
+        return None
+    cookie: SimpleCookie = SimpleCookie()
+    try:
+        cookie.load(raw.decode("latin-1"))
+    except Exception:  # a malformed cookie header is no login
+        return None
+    morsel = cookie.get(name)
+    return None if morsel is None else morsel.value
 
 
 class RequestGuard:

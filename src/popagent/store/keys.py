@@ -1,0 +1,321 @@
+"""SQL over ``popagent_api_keys``, ``popagent_logins``, ``popagent_login_failures`` and
+``popagent_access_audit`` (migration 0017): named statements and the functions that run them.
+
+Invariants:
+- Functions take the caller's connection and never open a transaction or commit.
+- Keys and logins are looked up by the SHA-256 of what the client presents, never
+  by resource: these are the tables a request is authenticated against before
+  its resource is known (reference tables under Citus, docs/scaling.md).
+- ``AUTHENTICATE_KEY`` checks revocation and expiry and counts the use in the
+  same statement: a revoked key is refused by the next request in any process.
+- Nothing here stores or returns a key, a login cookie or memory content.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .database import Conn
+
+__all__ = [
+    "AUTHENTICATE_KEY",
+    "CHECK_FAILURES",
+    "CLEAR_FAILURES",
+    "DELETE_EXPIRED_LOGINS",
+    "DELETE_LOGIN",
+    "INSERT_ACCESS_AUDIT",
+    "INSERT_KEY",
+    "INSERT_LOGIN",
+    "LIST_ACCESS_AUDIT",
+    "LIST_KEYS",
+    "LOOKUP_LOGIN",
+    "RECORD_FAILURE",
+    "RESOURCE_USAGE",
+    "REVOKE_KEY",
+    "audit_access",
+    "authenticate_key",
+    "check_failures",
+    "clear_failures",
+    "delete_login",
+    "insert_key",
+    "insert_login",
+    "list_access_audit",
+    "list_keys",
+    "lookup_login",
+    "record_failure",
+    "resource_usage",
+    "revoke_key",
+]
+
+KEY_COLUMNS = (
+    "id, resource_id, name, scope, prefix, created_at, expires_at, last_used_at, use_count,"
+    " revoked_at"
+)
+
+INSERT_KEY = f"""
+INSERT INTO popagent_api_keys (resource_id, name, scope, key_sha256, prefix, expires_at)
+VALUES (%(resource_id)s, %(name)s, %(scope)s, %(key_sha256)s, %(prefix)s, %(expires_at)s)
+RETURNING {KEY_COLUMNS}
+"""
+
+LIST_KEYS = f"""
+SELECT {KEY_COLUMNS} FROM popagent_api_keys
+WHERE (%(resource_id)s::text IS NULL OR resource_id = %(resource_id)s)
+  AND (%(include_revoked)s OR revoked_at IS NULL)
+ORDER BY resource_id, id
+"""
+
+# Revoking also ends the key's GUI logins (the lookup joins on the key, but a
+# deleted row cannot come back by a clock change or a bug in that join).
+REVOKE_KEY = f"""
+WITH revoked AS (
+    UPDATE popagent_api_keys SET revoked_at = now()
+    WHERE id = %(id)s AND revoked_at IS NULL
+      AND (%(resource_id)s::text IS NULL OR resource_id = %(resource_id)s)
+    RETURNING {KEY_COLUMNS}
+), ended AS (
+    DELETE FROM popagent_logins WHERE key_id IN (SELECT id FROM revoked)
+)
+SELECT * FROM revoked
+"""
+
+# The use is counted with synchronous_commit off for this statement's own
+# transaction: a counter lost in a crash costs nothing, a WAL flush per request would.
+AUTHENTICATE_KEY = """
+WITH used AS (
+    UPDATE popagent_api_keys SET
+        use_count = use_count + 1,
+        last_used_at = now(),
+        window_started = CASE WHEN window_started IS NULL OR window_started <= now() - %(window)s::interval
+                              THEN now() ELSE window_started END,
+        window_count = CASE WHEN window_started IS NULL OR window_started <= now() - %(window)s::interval
+                            THEN 1 ELSE window_count + 1 END
+    WHERE key_sha256 = %(key_sha256)s
+      AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+      AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+    RETURNING id, window_count,
+              extract(epoch FROM window_started + %(window)s::interval - now()) AS window_left_s
+)
+SELECT k.id, k.resource_id, k.scope, u.id IS NOT NULL AS live,
+       k.revoked_at IS NOT NULL AS revoked, u.window_count, u.window_left_s
+FROM popagent_api_keys k LEFT JOIN used u ON true
+WHERE k.key_sha256 = %(key_sha256)s
+"""
+
+#: The resource's stored memories and their bytes, for the storage quota.
+RESOURCE_USAGE = """
+SELECT count(*) AS memories, coalesce(sum(octet_length(content)), 0) AS bytes
+FROM popagent_memories WHERE resource_id = %(resource_id)s
+"""
+
+INSERT_LOGIN = """
+INSERT INTO popagent_logins (login_sha256, resource_id, key_id, scope, expires_at)
+VALUES (%(login_sha256)s, %(resource_id)s, %(key_id)s, %(scope)s, %(expires_at)s)
+"""
+
+# A login made with a key lives only as long as the key does.
+LOOKUP_LOGIN = """
+SELECT l.resource_id, l.key_id, l.scope, l.expires_at
+FROM popagent_logins l
+LEFT JOIN popagent_api_keys k ON k.id = l.key_id
+WHERE l.login_sha256 = %(login_sha256)s AND l.expires_at > now()
+  AND (l.key_id IS NULL
+       OR (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())))
+"""
+
+DELETE_LOGIN = """
+DELETE FROM popagent_logins WHERE login_sha256 = %(login_sha256)s
+RETURNING resource_id, key_id, scope
+"""
+
+DELETE_EXPIRED_LOGINS = "DELETE FROM popagent_logins WHERE expires_at <= now()"
+
+# Fixed windows per client: the first failure opens one, and a failure after it
+# closed opens the next.
+RECORD_FAILURE = """
+INSERT INTO popagent_login_failures AS f (client, window_started, failures)
+VALUES (%(client)s, now(), 1)
+ON CONFLICT (client) DO UPDATE SET
+    window_started = CASE WHEN f.window_started <= EXCLUDED.window_started - %(window)s::interval
+                          THEN EXCLUDED.window_started ELSE f.window_started END,
+    failures = CASE WHEN f.window_started <= EXCLUDED.window_started - %(window)s::interval
+                    THEN 1 ELSE f.failures + 1 END
+RETURNING failures
+"""
+
+# Seconds until the client may try again, when it has used up its window.
+CHECK_FAILURES = """
+SELECT ceil(extract(epoch FROM window_started + %(window)s::interval - now()))::integer
+       AS retry_after_s
+FROM popagent_login_failures
+WHERE client = %(client)s AND failures >= %(limit)s
+  AND window_started > now() - %(window)s::interval
+"""
+
+CLEAR_FAILURES = "DELETE FROM popagent_login_failures WHERE client = %(client)s"
+
+INSERT_ACCESS_AUDIT = """
+INSERT INTO popagent_access_audit (event, resource_id, key_id, scope, reason, method, path)
+VALUES (%(event)s, %(resource_id)s, %(key_id)s, %(scope)s, %(reason)s, %(method)s, %(path)s)
+"""
+
+LIST_ACCESS_AUDIT = """
+SELECT id, at, event, resource_id, key_id, scope, reason, method, path
+FROM popagent_access_audit
+WHERE (%(resource_id)s::text IS NULL OR resource_id = %(resource_id)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+
+async def insert_key(
+    conn: Conn,
+    *,
+    resource_id: str,
+    name: str,
+    scope: str,
+    key_sha256: bytes,
+    prefix: str,
+    expires_at: datetime | None,
+) -> dict[str, Any]:
+    """Insert a key; the row as ``list_keys`` returns it. Raises ``UniqueViolation`` when
+    the resource already has a live key of that name."""
+    cur = await conn.execute(
+        INSERT_KEY,
+        {
+            "resource_id": resource_id,
+            "name": name,
+            "scope": scope,
+            "key_sha256": key_sha256,
+            "prefix": prefix,
+            "expires_at": expires_at,
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def list_keys(
+    conn: Conn, resource_id: str | None, *, include_revoked: bool
+) -> list[dict[str, Any]]:
+    """The keys of ``resource_id`` (of every resource for ``None``), oldest first."""
+    cur = await conn.execute(
+        LIST_KEYS, {"resource_id": resource_id, "include_revoked": include_revoked}
+    )
+    return await cur.fetchall()
+
+
+async def revoke_key(conn: Conn, key_id: int, resource_id: str | None) -> dict[str, Any] | None:
+    """Revoke a live key (of ``resource_id`` when given) and end its logins; ``None``
+    when there is no such live key."""
+    cur = await conn.execute(REVOKE_KEY, {"id": key_id, "resource_id": resource_id})
+    return await cur.fetchone()
+
+
+async def authenticate_key(
+    conn: Conn, key_sha256: bytes, *, window_s: float = 60.0
+) -> dict[str, Any] | None:
+    """The key with this hash (``id``, ``resource_id``, ``scope``, ``live``, ``revoked``),
+    its use counted when live (``window_count``: requests in its current window of
+    ``window_s``, which ends in ``window_left_s``); ``None`` when no key has it."""
+    cur = await conn.execute(
+        AUTHENTICATE_KEY, {"key_sha256": key_sha256, "window": f"{window_s} seconds"}
+    )
+    return await cur.fetchone()
+
+
+async def resource_usage(conn: Conn, resource_id: str) -> tuple[int, int]:
+    """How many memories ``resource_id`` stores, and their content's bytes."""
+    cur = await conn.execute(RESOURCE_USAGE, {"resource_id": resource_id})
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row["memories"]), int(row["bytes"])
+
+
+async def insert_login(
+    conn: Conn,
+    *,
+    login_sha256: bytes,
+    resource_id: str | None,
+    key_id: int | None,
+    scope: str,
+    expires_at: datetime,
+) -> None:
+    await conn.execute(
+        INSERT_LOGIN,
+        {
+            "login_sha256": login_sha256,
+            "resource_id": resource_id,
+            "key_id": key_id,
+            "scope": scope,
+            "expires_at": expires_at,
+        },
+    )
+
+
+async def lookup_login(conn: Conn, login_sha256: bytes) -> dict[str, Any] | None:
+    """The live login with this hash, else ``None`` (expired, logged out, key revoked)."""
+    cur = await conn.execute(LOOKUP_LOGIN, {"login_sha256": login_sha256})
+    return await cur.fetchone()
+
+
+async def delete_login(conn: Conn, login_sha256: bytes) -> dict[str, Any] | None:
+    cur = await conn.execute(DELETE_LOGIN, {"login_sha256": login_sha256})
+    return await cur.fetchone()
+
+
+async def record_failure(conn: Conn, client: str, window_s: float) -> int:
+    """Count one failed login of ``client``; how many its current window holds."""
+    cur = await conn.execute(RECORD_FAILURE, {"client": client, "window": f"{window_s} seconds"})
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row["failures"])
+
+
+async def check_failures(conn: Conn, client: str, *, limit: int, window_s: float) -> int | None:
+    """Seconds ``client`` must wait before its next login attempt, or ``None``."""
+    cur = await conn.execute(
+        CHECK_FAILURES, {"client": client, "limit": limit, "window": f"{window_s} seconds"}
+    )
+    row = await cur.fetchone()
+    return None if row is None else max(1, int(row["retry_after_s"]))
+
+
+async def clear_failures(conn: Conn, client: str) -> None:
+    await conn.execute(CLEAR_FAILURES, {"client": client})
+
+
+async def audit_access(
+    conn: Conn,
+    event: str,
+    *,
+    resource_id: str | None = None,
+    key_id: int | None = None,
+    scope: str | None = None,
+    reason: str | None = None,
+    method: str | None = None,
+    path: str | None = None,
+) -> None:
+    """One row of the access audit: names, ids and fixed reasons only."""
+    await conn.execute(
+        INSERT_ACCESS_AUDIT,
+        {
+            "event": event,
+            "resource_id": resource_id,
+            "key_id": key_id,
+            "scope": scope,
+            "reason": reason,
+            "method": method,
+            "path": path,
+        },
+    )
+
+
+async def list_access_audit(
+    conn: Conn, resource_id: str | None, *, limit: int
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` access events (of ``resource_id`` when given), newest first."""
+    cur = await conn.execute(LIST_ACCESS_AUDIT, {"resource_id": resource_id, "limit": limit})
+    return await cur.fetchall()

@@ -1,0 +1,238 @@
+"""Row-level security (migration 0018): a connection serving one resource sees only it.
+
+``store.tenant.serving(R)`` makes every pooled connection run as
+``popagent_tenant`` with ``popagent.resource_id = R``; the policies then confine
+every statement, whatever its WHERE says. These tests run on real PostgreSQL:
+the schema check fails for a resource table without the policy; rows of one
+resource, in every table, are invisible and unwritable from another; the
+library's own calls, run with a mismatched setting, find nothing of the other
+resource and change nothing of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import psycopg
+import pytest
+
+import popagent
+from popagent.observe.settings_store import MemorySettingsStore
+from popagent.secrets import SecretCipher, SecretStore
+from popagent.store.tenant import bypass, current_tenant, serving
+from popagent.threads import ThreadStore
+
+#: Read before a resource is known (by a key's or a login's hash): no policy, and
+#: never touched while serving a resource (migration 0018).
+CREDENTIAL_TABLES = {
+    "popagent_api_keys",
+    "popagent_logins",
+    "popagent_login_failures",
+    "popagent_access_audit",
+}
+
+
+async def _resource_tables(memory: popagent.LongTermMemory) -> dict[str, tuple[bool, int]]:
+    """Every popagent table with ``resource_id``: (RLS enabled, policies named
+    popagent_tenant_rows)."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            """
+            SELECT c.relname, c.relrowsecurity,
+                   (SELECT count(*) FROM pg_policy p
+                    WHERE p.polrelid = c.oid AND p.polname = 'popagent_tenant_rows') AS policies
+            FROM pg_class c
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'resource_id'
+            WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+              AND c.relname LIKE 'popagent\\_%%'
+            ORDER BY 1
+            """
+        )
+        return {r["relname"]: (r["relrowsecurity"], r["policies"]) for r in await cur.fetchall()}
+
+
+async def test_every_resource_table_has_the_policy(memory: popagent.LongTermMemory) -> None:
+    tables = await _resource_tables(memory)
+    assert len(tables) >= 15 and "popagent_memories" in tables
+    missing = [
+        t for t, (enabled, policies) in tables.items()
+        if t not in CREDENTIAL_TABLES and not (enabled and policies == 1)
+    ]  # fmt: skip
+    assert missing == [], f"resource tables without row-level security: {missing}"
+
+
+async def test_the_schema_check_fails_for_a_table_without_a_policy(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """The check above is not vacuous: a new resource table shows up as missing."""
+    name = f"popagent_probe_{uuid.uuid4().hex[:8]}"
+    async with memory.pool.connection() as conn:
+        await conn.execute(f"CREATE TABLE {name} (resource_id text NOT NULL)")
+        try:
+            tables = await _resource_tables(memory)
+            assert tables[name] == (False, 0)
+        finally:
+            await conn.execute(f"DROP TABLE {name}")
+
+
+async def _fill(memory: popagent.LongTermMemory, resource: str) -> int:
+    """Rows of ``resource`` in many tables (memories and their triggers' tables,
+    sessions, messages, settings, secrets); the fact's id."""
+    fact = await memory.remember(resource, f"Tea at {resource}", key="drink")
+    await memory.remember(resource, "Prefers green tea over coffee")
+    threads = ThreadStore(memory.pool)
+    await threads.create_session(resource, "s1")
+    await threads.append_message(resource, "s1", "user", "hello there")
+    await MemorySettingsStore(memory.pool).update(resource, observation_threshold_tokens=5000)
+    await SecretStore(memory.pool, SecretCipher(os.urandom(32))).set(resource, "api", "v4lue")
+    return fact.memory.id
+
+
+async def _counts(
+    memory: popagent.LongTermMemory, tables: list[str], resource: str
+) -> dict[str, tuple[int, int]]:
+    async with memory.pool.connection() as conn:
+        found = {}
+        for table in tables:
+            cur = await conn.execute(
+                f"SELECT count(*) AS all_rows, count(*) FILTER (WHERE resource_id = %s) AS mine"
+                f" FROM {table}",
+                (resource,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            found[table] = (row["all_rows"], row["mine"])
+        return found
+
+
+async def test_a_mismatched_setting_sees_and_changes_nothing_of_the_other_resource(
+    memory: popagent.LongTermMemory, resource: str, other_resource: str
+) -> None:
+    fact_id = await _fill(memory, resource)
+    tables = [t for t in await _resource_tables(memory) if t not in CREDENTIAL_TABLES]
+    owner = await _counts(memory, tables, resource)
+    filled = [t for t, (_, mine) in owner.items() if mine > 0]
+    assert len(filled) >= 8, filled  # the check below covers real rows
+
+    with serving(other_resource):
+        assert current_tenant() == other_resource
+        # Every table, every row, no WHERE at all: nothing of the other resource.
+        seen = await _counts(memory, tables, resource)
+        assert {t: n for t, n in seen.items() if n != (0, 0)} == {}
+        # The library's own statements, asked for the other resource by name.
+        assert await memory.list_facts(resource) == []
+        assert await memory.recall(resource, "green tea") == []
+        with pytest.raises(popagent.NotFoundError):
+            await memory.get(resource, fact_id)
+        with pytest.raises(popagent.NotFoundError):
+            await memory.delete(resource, fact_id)
+        assert await ThreadStore(memory.pool).list_sessions(resource) == []
+        # Writing a row of the other resource is refused by the policy's check.
+        with pytest.raises((psycopg.errors.InsufficientPrivilege, popagent.PopagentError)):
+            await memory.remember(resource, "planted from another resource")
+        async with memory.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE popagent_memories SET importance = 0.99 WHERE resource_id = %s", (resource,)
+            )
+            assert cur.rowcount == 0
+            cur = await conn.execute("DELETE FROM popagent_messages")
+            assert cur.rowcount == 0
+            cur = await conn.execute("SELECT current_user AS u")
+            assert (await cur.fetchone()) == {"u": "popagent_tenant"}
+        # Its own resource works as usual.
+        await memory.remember(other_resource, "Likes hiking")
+        assert [f.content for f in await memory.list_facts(other_resource)] == ["Likes hiking"]
+        with bypass("test: the owner sees every resource"):
+            assert (await memory.get(resource, fact_id)).id == fact_id
+
+    # Nothing of the first resource changed (the vector worker's tables aside: it may
+    # have embedded the memories meanwhile), and connections went back as the owner.
+    steady = [
+        t for t in filled if t not in ("popagent_pending_vectors", "popagent_memory_embeddings")
+    ]
+    after = await _counts(memory, steady, resource)
+    assert {t: mine for t, (_, mine) in after.items()} == {t: owner[t][1] for t in steady}
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT importance FROM popagent_memories WHERE resource_id = %s AND id = %s",
+            (resource, fact_id),
+        )
+        assert (await cur.fetchone()) == {"importance": 0.5}
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT current_user = session_user AS owner,"
+            " current_setting('popagent.resource_id', true) AS setting"
+        )
+        assert await cur.fetchone() in (
+            {"owner": True, "setting": ""},
+            {"owner": True, "setting": None},
+        )
+
+
+async def test_the_same_setting_sees_its_own_rows(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    fact_id = await _fill(memory, resource)
+    with serving(resource):
+        assert (await memory.get(resource, fact_id)).id == fact_id
+        assert len(await memory.list_facts(resource)) == 2
+        results = await memory.recall(resource, "green tea")
+        assert results and "green tea" in results[0].memory.content
+        assert [s.session_id for s in await ThreadStore(memory.pool).list_sessions(resource)] == [
+            "s1"
+        ]
+
+
+async def test_recall_operators_are_leakproof(memory: popagent.LongTermMemory) -> None:
+    """Under a policy only LEAKPROOF functions may run before it: recall's index
+    conditions need these three (else recall reads every row of the resource,
+    25-35x slower; bench/latency.py --rls). The suite's server is a superuser's."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT proname, bool_and(proleakproof) AS leakproof FROM pg_proc"
+            " WHERE proname IN ('arrayoverlap', 'similarity_op', 'popagent_scoped_lexemes')"
+            " GROUP BY proname ORDER BY proname"
+        )
+        rows = await cur.fetchall()
+    assert [(r["proname"], r["leakproof"]) for r in rows] == [
+        ("arrayoverlap", True),
+        ("popagent_scoped_lexemes", True),
+        ("similarity_op", True),
+    ]
+
+
+async def test_shared_workers_run_as_the_owner(
+    semantic: popagent.LongTermMemory, resource: str, other_resource: str
+) -> None:
+    """The vector worker serves every resource. Started by a write confined to one
+    resource, it must not inherit that confinement (tasks copy the context they are
+    created in), or the next resource's memories would never get their vectors."""
+    with serving(resource):
+        await semantic.remember(resource, "Prefers green tea over coffee")
+    with serving(other_resource):
+        await semantic.remember(other_resource, "Walks the dog every morning")
+    # Not ``wait_for_vectors``: it would embed in this (the owner's) task itself.
+    pending = -1
+    for _ in range(300):
+        async with semantic.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM popagent_pending_vectors WHERE resource_id IN (%s, %s)",
+                (resource, other_resource),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            pending = row["n"]
+        if pending == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert pending == 0, "the worker left memories without vectors"
+    async with semantic.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT resource_id, count(*) AS n FROM popagent_memory_embeddings"
+            " WHERE resource_id IN (%s, %s) GROUP BY 1 ORDER BY 1",
+            (resource, other_resource),
+        )
+        counts = {r["resource_id"]: r["n"] for r in await cur.fetchall()}
+    assert set(counts) == {resource, other_resource} and min(counts.values()) >= 1
