@@ -6,7 +6,7 @@ database on a disposable embedded cluster, or on ``--plain-url``'s server) and
 the workers added) that popagent migrates and then distributes with the plan in
 docs/scaling.md, read from that file. Then, in each:
 
-1. lexical recall in one resource of ``--memories`` episodes (plus 20 facts),
+1. lexical recall (no embedder) in one resource of ``--memories`` episodes (plus 20 facts),
    among ``--others`` resources of 200 episodes: 20 warm-up queries, then
    ``--recalls`` sequential recalls with access bookkeeping and as many
    previews; p50/p95/max in ms, and whether each recall returned the same
@@ -44,7 +44,7 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import popagent
-from latency import add_facts, admin_url, pct, queries, table, text, turns
+from latency import NOW, add_facts, admin_url, pct, queries, table, text, turns
 from popagent import LongTermMemory, RecallResult
 
 PLAN = Path(__file__).resolve().parent.parent / "docs" / "scaling.md"
@@ -77,7 +77,7 @@ async def plain_database(url: str | None) -> AsyncIterator[str]:
 
 async def distribute(url: str) -> str:
     """Migrate ``url`` and run the plan unless popagent's tables are distributed already."""
-    async with popagent.connect(url, max_size=1):
+    async with popagent.connect(url, max_size=1, embedder=None):
         pass
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(
@@ -117,7 +117,9 @@ async def timed(calls: list[Callable[[], Awaitable[Any]]], out: list[float]) -> 
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
-    async with popagent.connect(url, max_size=4) as memory:
+    # Lexical recall alone: semantic recall adds the query's embedding (the same on
+    # both) and reads vectors that a background worker writes at its own pace.
+    async with popagent.connect(url, max_size=4, embedder=None) as memory:
         await load(memory, args)
         asked = [q for q, _ in queries("dist:q", 20 + args.recalls, 9)]
         for q in asked[:20]:
@@ -127,8 +129,9 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         facts = [text(random.Random(f"fact:{i}"), 10) for i in range(args.writes)]
         batches = [turns(f"dist:batch:{n}", 100) for n in range(max(1, args.writes // 20))]
         work: dict[str, list[Callable[[], Awaitable[Any]]]] = {
+            # At the episodes' fixed clock (bench/latency.py's NOW): recency scores alike.
             "recall (preview)": [
-                partial(memory.recall, TARGET, q, touch=False) for q in asked[20:]
+                partial(memory.recall, TARGET, q, touch=False, now=NOW) for q in asked[20:]
             ],
             "recall (with access bookkeeping)": [
                 partial(memory.recall, TARGET, q) for q in asked[20:]

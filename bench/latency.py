@@ -15,11 +15,16 @@ Runs on a disposable embedded PostgreSQL cluster (or the server in
    (d) batches, eight writers; each against (a).
 4. EXPLAIN (ANALYZE, BUFFERS) of the two SQL statements recall runs, with the
    parameters it builds, for one query and one misspelled query at 100k.
+5. ``--rls`` (instead of the above): recall in one resource of 10k episodes
+   beside another of 10k, as the owner (row-level security does not apply) and
+   as multi-resource mode runs it (``store.tenant.serving``: the role
+   ``popagent_tenant`` under migration 0018's policies, set and reset per pooled
+   connection), interleaved, three runs each; p50/p95 against the owner's.
 
 Text is synthetic and deterministic: a 3,000-word vocabulary drawn Zipf-like
 (user 10-40 words, assistant 20-80, created over the last 80 days); queries are
 5-12-word questions. Each bulk load ends with VACUUM ANALYZE, as autovacuum
-soon would. Usage: python bench/latency.py [--quick] [--rows-1m N] [--json PATH]
+soon would. Usage: python bench/latency.py [--quick] [--rows-1m N] [--rls] [--json PATH]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from psycopg.conninfo import make_conninfo
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
+from popagent.embed import Embedder
 from popagent.memory.longterm import candidate_idfs, recall_pool
 from popagent.store import recall as recall_sql
 from popagent.store.embedded import EmbeddedServer
@@ -272,13 +278,21 @@ def admin_url() -> Iterator[str]:
 
 
 @asynccontextmanager
-async def database(admin: str, name: str) -> AsyncIterator[LongTermMemory]:
-    """A scratch database, migrated by ``popagent.connect``, dropped on exit."""
+async def database(
+    admin: str, name: str, embedder: Embedder | None = None
+) -> AsyncIterator[LongTermMemory]:
+    """A scratch database, migrated by ``popagent.connect``, dropped on exit.
+
+    Lexical unless given an ``embedder``: this program measures the lexical path
+    (``bench/semantic_latency.py`` measures fused recall beside it), and with the
+    default model a bulk load would have the vector worker embed every episode."""
     dbname = f"popagent_bench_{os.getpid()}_{name}"
     async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
     try:
-        async with popagent.connect(make_conninfo(admin, dbname=dbname), max_size=10) as memory:
+        async with popagent.connect(
+            make_conninfo(admin, dbname=dbname), max_size=10, embedder=embedder
+        ) as memory:
             yield memory
     finally:
         async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
@@ -370,6 +384,38 @@ def aims(out: dict[str, Any]) -> None:
     verdict("batched retain >= 1,000 episodes/s", rate, rate >= 1_000)
 
 
+RLS_COLUMNS = "memories mode run n p50 p95 max known_p50 fuzzy_p50 p50_vs_owner p95_vs_owner"
+
+
+async def row_security(args: argparse.Namespace, admin: str, out: dict[str, Any]) -> None:
+    """Scenario 5: recall as the owner and as a tenant under row-level security."""
+    from contextlib import nullcontext
+
+    from popagent.store.tenant import serving
+
+    size = 2_000 if args.quick else 10_000
+    rid, other = "bench-rls", "bench-rls-other"
+    async with database(admin, "rls") as memory:
+        jobs = [(r, 2_000, f"rls:{r}:{o}") for r in (rid, other) for o in range(0, size, 2_000)]
+        out["loads"].append(await load(memory, f"two resources of {size:,}", jobs, args))
+        await add_facts(memory, rid)
+        rows: list[dict[str, Any]] = []
+        for run_no in (1, 2, 3):
+            for mode in ("owner", "tenant (RLS)"):
+                with serving(rid) if mode != "owner" else nullcontext():
+                    m = await measure(memory, rid, "q:rls", args.recall_budget_s)
+                rows.append({"memories": size, "mode": mode, "run": run_no, **m})
+    owner = [r for r in rows if r["mode"] == "owner"]
+    base50 = statistics.mean(r["p50"] for r in owner)
+    base95 = statistics.mean(r["p95"] for r in owner)
+    for r in rows:
+        r["p50_vs_owner"] = f"{r['p50'] / base50:.2f}x"
+        r["p95_vs_owner"] = f"{r['p95'] / base95:.2f}x"
+    out["rls"] = rows
+    title = "Scenario 5: recall with row-level security (ms; ratios against the owner's mean)"
+    table(title, RLS_COLUMNS, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a fast check")
@@ -377,6 +423,7 @@ def main() -> None:
     parser.add_argument("--load-budget-s", type=float, default=600.0, help="cap per bulk load")
     parser.add_argument("--recall-budget-s", type=float, default=120.0, help="cap per 200 recalls")
     parser.add_argument("--json", metavar="PATH", help="write all numbers here")
+    parser.add_argument("--rls", action="store_true", help="scenario 5 only (row-level security)")
     args = parser.parse_args()
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)  # progress shows when redirected
@@ -384,9 +431,12 @@ def main() -> None:
     with admin_url() as admin:
         sizes = [1_000, 10_000, 20_000] if args.quick else [1_000, 10_000, 100_000]
         out: dict[str, Any] = {"sizes": sizes, "loads": [], "single": []}
-        asyncio.run(one_resource(args, admin, out))
-        asyncio.run(many_resources(args, admin, out))
-    aims(out)
+        if args.rls:
+            asyncio.run(row_security(args, admin, out))
+        else:
+            asyncio.run(one_resource(args, admin, out))
+            asyncio.run(many_resources(args, admin, out))
+            aims(out)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

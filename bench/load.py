@@ -46,6 +46,15 @@ worker count (the recall scenarios), to show how throughput scales.
     python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300]
                          [--baseline PATH] [--workers 1,2] [--json PATH]
     python bench/load.py --burst [--burst-size 1000] [--baseline PATH] [--json PATH]
+    python bench/load.py --tenants [--tenant-requests 300] [--key-rate 600] [--clients 50]
+
+5. ``--tenants``, instead of the above: multi-resource mode (``serve
+   --multi-resource``), two resources with a key each. The quiet key's recall
+   previews (one client) are measured on an idle server, then while the noisy
+   key's clients send creates and recalls back to back: without a per-key
+   rate limit, and with ``--key-rate`` (the noisy key's excess gets 429 at
+   once). Printed: requests, errors, 429s, p50/p95/max, and the quiet key's p95
+   against its idle p95 (aim: within 2x).
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -93,8 +103,9 @@ class Tally:
 class Connection:
     """One keep-alive HTTP/1.1 connection: send a request, read the whole response."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, key: str | None = None) -> None:
         self.port = port
+        self.key = key
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -103,6 +114,8 @@ class Connection:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         assert self.reader is not None
         head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+        if self.key is not None:
+            head += f"Authorization: Bearer {self.key}\r\n"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         self.writer.write(head.encode() + b"\r\n" + (body or b""))
@@ -156,7 +169,7 @@ async def exchange(conn: Connection, request: Request, tally: Tally, since: floa
     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
         tally.errors += 1
         conn.close()
-        return Connection(conn.port)
+        return Connection(conn.port, conn.key)
     tally.latencies_ms.append((time.perf_counter() - since) * 1000)
     tally.statuses[status] = tally.statuses.get(status, 0) + 1
     if not 200 <= status < 300:
@@ -165,14 +178,15 @@ async def exchange(conn: Connection, request: Request, tally: Tally, since: floa
 
 
 async def closed_loop(
-    port: int, clients: int, requests: list[Request], limit_s: float
+    port: int, clients: int, requests: list[Request], limit_s: float, key: str | None = None
 ) -> tuple[Tally, float]:
-    """``clients`` connections sending ``requests`` back to back until done or ``limit_s``."""
+    """``clients`` connections sending ``requests`` back to back until done or ``limit_s``
+    (with ``key``: as that API key, multi-resource mode)."""
     tally, cursor = Tally(), iter(range(len(requests)))
     deadline = time.perf_counter() + limit_s
 
     async def client() -> None:
-        conn = Connection(port)
+        conn = Connection(port, key)
         try:
             for i in cursor:
                 if time.perf_counter() > deadline:
@@ -477,36 +491,36 @@ async def main():
     print(json.dumps({"results": out, "seconds": seconds, "audit_missing": 2 * calls - rows}))
 
 async def surfaces(memory, rid, scenario):
-    n = int(sys.argv[3])
+    n, tag = int(sys.argv[3]), sys.argv[4]  # tag: each run's writes are new writes
     if scenario == "library":
-        return (lambda i: memory.remember(rid, f"Burst fact number {i} about the garden"),
+        return (lambda i: memory.remember(rid, f"Burst fact number {i} about the garden ({tag})"),
                 lambda i: memory.recall(rid, f"garden fact number {i}"))
     if scenario == "langgraph store":
         from popagent.adapters.langgraph import PopagentStore
         store = PopagentStore(memory, rid)
-        return (lambda i: store.aput(("burst",), f"k{i}", {"text": f"garden item {i}"}),
+        return (lambda i: store.aput(("burst", tag), f"k{i}", {"text": f"garden item {i}"}),
                 lambda i: store.asearch(("burst",), query=f"garden item number {i}"))
     if scenario == "langchain tools+retriever":
         from popagent.adapters.langchain import PopagentRetriever, memory_tools
         remember = memory_tools(memory, rid)[0]
         retriever = PopagentRetriever.of(memory, rid)
-        return (lambda i: remember.ainvoke({"content": f"Burst fact number {i} about the garden"}),
+        return (lambda i: remember.ainvoke({"content": f"Burst fact number {i} about the garden ({tag})"}),
                 lambda i: retriever.ainvoke(f"garden fact number {i}"))
     if scenario == "openai-agents tools":
         from popagent.adapters.openai_agents import memory_tools
         remember, recall = memory_tools(memory, rid)
-        return (lambda i: remember.on_invoke_tool(None, json.dumps({"content": f"Burst fact number {i} about the garden"})),
+        return (lambda i: remember.on_invoke_tool(None, json.dumps({"content": f"Burst fact number {i} about the garden ({tag})"})),
                 lambda i: recall.on_invoke_tool(None, json.dumps({"query": f"garden fact number {i}"})))
     if scenario == "openai-agents session":
         from popagent.adapters.openai_agents import PopagentSession
         def session(i):
-            return PopagentSession.local(f"burst-{i}", memory, rid)
-        return (lambda i: session(i).add_items([{"role": "user", "content": f"Burst message {i}"}]),
+            return PopagentSession.local(f"burst-{tag}-{i}", memory, rid)
+        return (lambda i: session(i).add_items([{"role": "user", "content": f"Burst message {i} ({tag})"}]),
                 lambda i: session(i + n).get_items())
     if scenario == "pydantic-ai toolset":
         from popagent.adapters.pydantic_ai import memory_toolset
         tools = memory_toolset(memory, rid).tools
-        return (lambda i: tools["remember"].function(content=f"Burst fact number {i} about the garden"),
+        return (lambda i: tools["remember"].function(content=f"Burst fact number {i} about the garden ({tag})"),
                 lambda i: tools["recall"].function(query=f"garden fact number {i}"))
     raise SystemExit(f"unknown scenario {scenario}")
 
@@ -536,8 +550,9 @@ def burst_row(code: str, scenario: str, latencies: list[float], kinds: list[str 
 def burst_in_process(
     url: str, scenario: str, n: int, src: Path | None, code: str
 ) -> dict[str, Any]:
+    slug = "-".join(re.findall(r"[a-z0-9]+", scenario))  # a tag for this run's writes
     done = subprocess.run(
-        [sys.executable, "-c", BURST_CHILD, url, scenario, str(n)],
+        [sys.executable, "-c", BURST_CHILD, url, scenario, str(n), f"{code}-{slug}"],
         env=_env(url, src),
         capture_output=True,
         text=True,
@@ -552,8 +567,12 @@ def burst_in_process(
     return burst_row(code, scenario, latencies, kinds, data["seconds"], data["audit_missing"])
 
 
-async def burst_over_http(port: int, n: int) -> tuple[list[float], list[str | None], float]:
-    """``n`` fact creates and ``n`` recall previews at once, each on a connection of its own."""
+async def burst_over_http(
+    port: int, n: int, seed: str = "burst"
+) -> tuple[list[float], list[str | None], float]:
+    """``n`` fact creates and ``n`` recall previews at once, each on a connection of its own
+    (the facts' text from ``seed``: each code tree's burst writes facts of its own, so no
+    write is a 409 for a fact an earlier burst stored)."""
     began = time.perf_counter()
     latencies: list[float] = []
     kinds: list[str | None] = []
@@ -574,7 +593,7 @@ async def burst_over_http(port: int, n: int) -> tuple[list[float], list[str | No
         latencies.append((time.perf_counter() - began) * 1000)
         kinds.append(kind)
 
-    writes, reads = create_requests(n, "burst"), recall_requests(n)
+    writes, reads = create_requests(n, seed), recall_requests(n)
     await asyncio.gather(*(one(r) for pair in zip(writes, reads, strict=True) for r in pair))
     return latencies, kinds, time.perf_counter() - began
 
@@ -589,7 +608,9 @@ def burst_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[
         server = start_server(url, port, tmp / f"burst-{code}.log", src, 2)
         try:
             asyncio.run(closed_loop(port, 20, recall_requests(100), 60))  # warm both workers
-            latencies, kinds, seconds = asyncio.run(burst_over_http(port, args.burst_size))
+            latencies, kinds, seconds = asyncio.run(
+                burst_over_http(port, args.burst_size, f"burst-{code}")
+            )
             rows.append(burst_row(code, "API, serve --workers 2", latencies, kinds, seconds, "-"))
             print(f"  {code} API: done", file=sys.stderr)
         finally:
@@ -599,6 +620,139 @@ def burst_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[
             rows.append(burst_in_process(url, scenario, args.burst_size, src, code))
             print(f"  {code} {scenario}: done", file=sys.stderr)
     return rows
+
+
+# --- two tenants: one key's burst against another key's latency ----------------------------
+
+TENANT_COLUMNS = "key_rate scenario requests errors 429s p50 p95 max p95_vs_idle"
+TENANT_MEMORIES = 2_000
+
+
+TENANTS = ("tenant-quiet", "tenant-noisy")
+
+
+async def load_tenants(url: str) -> None:
+    """Two resources of ``TENANT_MEMORIES`` episodes and 20 facts each."""
+    async with popagent.connect(url, max_size=4, embedder=None) as memory:
+        for tenant in TENANTS:
+            batch = turns(tenant, TENANT_MEMORIES)
+            for i in range(0, len(batch), 1000):
+                await memory.retain_episodes(tenant, batch[i : i + 1000])
+            await add_facts(memory, tenant)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+async def tenant_keys(url: str, name: str) -> tuple[str, str]:
+    """A fresh write key of each tenant (fresh: a key's rate window starts empty):
+    the quiet tenant's, then the noisy one's."""
+    from popagent.keys import KeyStore
+
+    async with popagent.connect(url, max_size=2, embedder=None) as memory:
+        store = KeyStore(memory.pool)
+        quiet, noisy = [(await store.create(t, name, "write"))[1] for t in TENANTS]
+    return quiet, noisy
+
+
+def tenant_row(key_rate: str, name: str, tally: Tally, idle_p95: float | None) -> dict[str, Any]:
+    lat = tally.latencies_ms
+    p95 = pct(lat, 95)
+    refused = tally.statuses.get(429, 0)
+    return {
+        "key_rate": key_rate,
+        "scenario": name,
+        "requests": len(lat),
+        "errors": tally.errors - refused,
+        "429s": refused,
+        "p50": round(statistics.median(lat), 1),
+        "p95": round(p95, 1),
+        "max": round(max(lat), 1),
+        "p95_vs_idle": f"{p95 / idle_p95:.2f}x" if idle_p95 else "",
+    }
+
+
+async def quiet_during(
+    port: int, quiet: str, noisy: str, n: int, clients: int, limit_s: float, seed: str
+) -> tuple[Tally, Tally]:
+    """The quiet key's recalls, one client, while the noisy key's ``clients`` send
+    creates and recalls back to back; both until the quiet key's ``n`` are done."""
+    stop = asyncio.Event()
+
+    async def noise() -> Tally:
+        tally = Tally()
+        reads, writes = recall_requests(n * 10), create_requests(n * 10, seed)
+        mixed = [w if i % 2 else r for i, (r, w) in enumerate(zip(reads, writes, strict=True))]
+        cursor = iter(mixed)
+
+        async def client() -> None:
+            conn = Connection(port, noisy)
+            try:
+                for request in cursor:
+                    if stop.is_set():
+                        return
+                    conn = await exchange(conn, request, tally, time.perf_counter())
+            finally:
+                conn.close()
+
+        await asyncio.gather(*[client() for _ in range(clients)])
+        return tally
+
+    noisy_task = asyncio.ensure_future(noise())
+    await asyncio.sleep(0.5)  # the burst is under way
+    quiet_tally, _ = await closed_loop(port, 1, recall_requests(n), limit_s, quiet)
+    stop.set()
+    return quiet_tally, await noisy_task
+
+
+def tenant_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[str, Any]]:
+    asyncio.run(load_tenants(url))
+    rows: list[dict[str, Any]] = []
+    for key_rate in (0, args.key_rate):
+        shown = "off" if key_rate == 0 else f"{key_rate}/min"
+        quiet, noisy = asyncio.run(tenant_keys(url, f"bench-{key_rate}"))
+        port = free_port()
+        command = [
+            sys.executable, "-m", "popagent.cli", "serve", "--multi-resource",
+            "--port", str(port), "--maintenance-interval", "0", "--workers", "1",
+            "--key-rate", str(key_rate),
+        ]  # fmt: skip
+        log = tmp / f"tenants-{key_rate}.log"
+        process = subprocess.Popen(command, env=_env(url, None), stderr=log.open("wb"))
+        try:
+            wait_healthy(port, process, log)
+            n = args.tenant_requests
+            asyncio.run(closed_loop(port, 10, recall_requests(100), 60, quiet))  # warm up
+            idle, _ = asyncio.run(closed_loop(port, 1, recall_requests(n), args.limit_s, quiet))
+            idle_p95 = pct(idle.latencies_ms, 95)
+            rows.append(tenant_row(shown, "quiet key, idle server", idle, idle_p95))
+            during, burst = asyncio.run(
+                quiet_during(port, quiet, noisy, n, args.clients, args.limit_s, f"noisy-{key_rate}")
+            )
+            rows.append(tenant_row(shown, "quiet key, during the burst", during, idle_p95))
+            rows.append(
+                tenant_row(shown, f"noisy key, {args.clients} clients (burst)", burst, None)
+            )
+            print(f"  tenants, key rate {shown}: done", file=sys.stderr)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    return rows
+
+
+def wait_healthy(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if process.poll() is not None:
+                raise SystemExit(f"the server exited; see {log}") from None
+            time.sleep(0.1)
+    raise SystemExit("the server did not come up")
 
 
 def main() -> None:
@@ -612,6 +766,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--burst", action="store_true", help="run the burst scenarios only")
     parser.add_argument("--burst-size", type=int, default=1000, help="writes (and recalls)")
+    parser.add_argument(
+        "--tenants", action="store_true", help="run the two-tenant scenario only (multi-resource)"
+    )
+    parser.add_argument("--tenant-requests", type=int, default=300, help="the quiet key's recalls")
+    parser.add_argument("--key-rate", type=int, default=600, help="per-key requests/minute")
     args = parser.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
     worker_counts = [int(w) for w in args.workers.split(",") if w]
@@ -622,6 +781,19 @@ def main() -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         url = make_conninfo(admin, dbname=dbname)
         try:
+            if args.tenants:
+                rows = tenant_scenarios(args, url, Path(tmp))
+                table(
+                    f"Two tenants, serve --multi-resource --workers 1: the quiet key's recall "
+                    f"previews (1 client) idle and while the noisy key's {args.clients} clients "
+                    f"send creates and recalls back to back; each resource "
+                    f"{TENANT_MEMORIES:,} episodes; latency in ms (aim: p95_vs_idle <= 2x)",
+                    TENANT_COLUMNS,
+                    rows,
+                )
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=2))
+                return
             if args.burst:
                 asyncio.run(load_resource(url, episodes=2_000))
                 burst = burst_scenarios(args, url, Path(tmp))

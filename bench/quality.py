@@ -35,7 +35,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,10 @@ import popagent
 from embedders import CHOICES, embedder_named
 from popagent import LongTermMemory
 from popagent.embed import Embedder
-from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, rank
+from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, emphasised_lexemes, rank
 from popagent.memory.recall import candidate_idfs, recall_pool
 from popagent.memory.temporal import TimeWindow, query_window
-from popagent.models import Candidate, CorpusStats, RecallResult
+from popagent.models import Candidate, CorpusStats, Memory, RecallResult
 from popagent.store import recall as recall_sql
 from popagent.store import vectors as vector_store
 from popagent.store.embedded import EmbeddedServer
@@ -114,6 +114,8 @@ class Capture:
     answers: frozenset[int]  # implicit: the memories that answer
     evidence: frozenset[str]  # LoCoMo: the dia_ids to cover
     covers: dict[int, frozenset[str]]  # LoCoMo: memory id -> dia_ids
+    #: LoCoMo: memory id -> the episodes before and after it in its session.
+    adjacent: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 async def capture_one(
@@ -156,82 +158,153 @@ async def capture_all(
         for store in stores:
             ids = await implicit.stored_ids(memory, store)
             by_item = {item: mid for mid, item in ids.items()}
+            stored: list[Memory] = []
+            while page := await memory.list_episodes(
+                store.resource, limit=1000, offset=len(stored)
+            ):
+                stored += page
+            store_adjacent = neighbours(stored)
             for q in store.questions:
                 parts = await capture_one(memory, store.resource, q.text, now, pool)
                 answers = frozenset(by_item[a] for a in q.answers)
                 out.append(
                     Capture(
                         "implicit", store.split, q.part, q.text, now, implicit.LIMIT, *parts,
-                        answers, frozenset(), {},
+                        answers, frozenset(), {}, store_adjacent,
                     )
                 )  # fmt: skip
         for index, conv in enumerate(conversations):
             covers: dict[int, frozenset[str]] = {}
-            offset = 0
-            while page := await memory.list_episodes(conv.resource, limit=1000, offset=offset):
-                offset += len(page)
+            episodes: list[Memory] = []
+            while page := await memory.list_episodes(
+                conv.resource, limit=1000, offset=len(episodes)
+            ):
+                episodes += page
                 covers |= {m.id: conv.covers[m.content] for m in page}
+            adjacent = neighbours(episodes)
             split = "dev" if index < LOCOMO_DEV else "check"
             for lq in conv.questions:
                 parts = await capture_one(memory, conv.resource, lq.text, conv.now, pool)
                 out.append(
                     Capture(
                         "locomo", split, locomo.CATEGORIES[lq.category], lq.text, conv.now,
-                        max(locomo.KS), *parts, frozenset(), lq.evidence, covers,
+                        max(locomo.KS), *parts, frozenset(), lq.evidence, covers, adjacent,
                     )
                 )  # fmt: skip
     return out
 
 
-#: A way to rank a capture: its results, best first.
-Ranker = Callable[[Capture], list[RecallResult]]
+def neighbours(episodes: Sequence[Memory]) -> dict[int, tuple[int, int]]:
+    """Each episode's previous and next episode of the same session, by time then id
+    (0: none), as ``memory.recall`` finds the next (``store.neighbours``)."""
+    by_session: dict[str, list[Memory]] = {}
+    for m in episodes:
+        by_session.setdefault(m.session_id or "", []).append(m)
+    out: dict[int, tuple[int, int]] = {}
+    for items in by_session.values():
+        items.sort(key=lambda m: (m.created_at, m.id))
+        ids = [0, *(m.id for m in items), 0]
+        for i, m in enumerate(items, start=1):
+            out[m.id] = (ids[i - 1], ids[i + 1])
+    return out
+
+
+#: A way to rank a capture: the ids of its results, best first.
+Ranker = Callable[[Capture], list[int]]
 
 
 def fused(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
-    def run(c: Capture) -> list[RecallResult]:
-        return rank(
-            [*c.lexical, *c.vector],
-            c.stats,
-            now=c.now,
-            limit=c.limit,
-            weights=weights,
-            semantic=True,
-            window=c.window,
+    """Recall's ranking, with the next turns of its first ``weights.next_turns`` results."""
+    ranked = _fused(replace(weights, next_turns=0))
+    return with_neighbours(ranked, weights.next_turns, (1,)) if weights.next_turns else ranked
+
+
+def _fused(weights: RankingWeights) -> Ranker:
+    def run(c: Capture) -> list[int]:
+        emphasised = (
+            emphasised_lexemes(c.query, c.stats.document_frequency)
+            if weights.emphasis > 0
+            else frozenset()
+        )
+        return ids(
+            rank(
+                [*c.lexical, *c.vector],
+                c.stats,
+                now=c.now,
+                limit=c.limit,
+                weights=weights,
+                semantic=True,
+                window=c.window,
+                emphasis=emphasised,
+            )
         )
 
     return run
 
 
-def vector_only(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
-    only = replace(weights, fusion="blend", semantic_share=1.0)
+def with_neighbours(ranker: Ranker, top: int, sides: tuple[int, ...] = (0, 1)) -> Ranker:
+    """``ranker``'s results with the episodes beside each of its first ``top`` results
+    inserted after it (``sides``: 0 the one before, 1 the one after), within the limit."""
 
-    def run(c: Capture) -> list[RecallResult]:
-        return rank(
-            c.vector,
-            c.stats,
-            now=c.now,
-            limit=c.limit,
-            weights=only,
-            semantic=True,
-            window=c.window,
+    def run(c: Capture) -> list[int]:
+        found = ranker(c)
+        out: list[int] = []
+        for position, memory_id in enumerate(found):
+            if memory_id not in out:
+                out.append(memory_id)
+            if position < top:
+                beside = c.adjacent.get(memory_id, (0, 0))
+                for side in sides:
+                    if beside[side] and beside[side] not in out:
+                        out.append(beside[side])
+        return out[: c.limit]
+
+    return run
+
+
+def ids(results: Sequence[RecallResult]) -> list[int]:
+    return [r.memory.id for r in results]
+
+
+def vector_only(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
+    """Recall's ``vector`` mode: the vector signal alone, and the next turns too."""
+    only = replace(weights, fusion="blend", semantic_share=1.0, next_turns=0)
+    ranked = _vector_only(only)
+    return with_neighbours(ranked, weights.next_turns, (1,)) if weights.next_turns else ranked
+
+
+def _vector_only(only: RankingWeights) -> Ranker:
+
+    def run(c: Capture) -> list[int]:
+        return ids(
+            rank(
+                c.vector,
+                c.stats,
+                now=c.now,
+                limit=c.limit,
+                weights=only,
+                semantic=True,
+                window=c.window,
+            )
         )
 
     return run
 
 
 def lexical_only(weights: RankingWeights = DEFAULT_WEIGHTS) -> Ranker:
-    def run(c: Capture) -> list[RecallResult]:
-        return rank(c.lexical, c.stats, now=c.now, limit=c.limit, weights=weights, window=c.window)
+    def run(c: Capture) -> list[int]:
+        return ids(
+            rank(c.lexical, c.stats, now=c.now, limit=c.limit, weights=weights, window=c.window)
+        )
 
     return run
 
 
-def judge(c: Capture, results: Sequence[RecallResult]) -> float:
+def judge(c: Capture, found: Sequence[int]) -> float:
     """Implicit: 1 when an answer is in the top 8. LoCoMo: evidence R@8."""
-    ids = [r.memory.id for r in results]
     if c.dataset == "implicit":
-        return float(any(i in c.answers for i in ids[: implicit.LIMIT]))
-    return locomo.recall_at(c.evidence, [c.covers[i] for i in ids], 8)
+        return float(any(i in c.answers for i in found[: implicit.LIMIT]))
+    return locomo.recall_at(c.evidence, [c.covers[i] for i in found], 8)
 
 
 COLUMNS = (
@@ -284,24 +357,33 @@ def unrelated_answered(captures: list[Capture], variants: dict[str, Ranker]) -> 
 def variants() -> dict[str, Ranker]:
     """The experiments of ``--sweep`` (docs/embeddings.md reports them)."""
     w = DEFAULT_WEIGHTS
-    # Before the near-best rule: only ``min_similarity`` admitted a vector-only memory.
-    floor_only = replace(w, min_nearest_similarity=1.0)
+    # The ranking before issue 23's second round: no next turn, near-best floor 0.1,
+    # no emphasis.
+    before = replace(w, next_turns=0, min_nearest_similarity=0.1, emphasis=0.0)
     out: dict[str, Ranker] = {
         "lexical": lexical_only(w),
         "vector": vector_only(w),
         "fused (default)": fused(w),
-        "fused, floor 0.2 only": fused(floor_only),
+        "fused before (no next turn, near best >= 0.1)": fused(before),
+        "no next turn": fused(replace(w, next_turns=0)),
+        "near best >= 0.1": fused(replace(w, min_nearest_similarity=0.1)),
+        "floor 0.2 only (no near best)": fused(replace(w, min_nearest_similarity=1.0)),
     }
-    for share in (0.25, 0.3, 0.4, 0.5, 0.6):
+    for turns in (2, 3):
+        out[f"next turns of top {turns}"] = fused(replace(w, next_turns=turns))
+    out["next and previous turn of top 1"] = with_neighbours(
+        fused(replace(w, next_turns=0)), 1, (0, 1)
+    )
+    for share in (0.15, 0.25, 0.3, 0.4):
         out[f"blend share {share}"] = fused(replace(w, semantic_share=share))
-    for k in (5.0, 20.0, 60.0):
+    for k in (5.0, 20.0):
         out[f"rrf k={k:g}"] = fused(replace(w, fusion="rrf", rrf_k=k))
-    for floor in (0.1, 0.15):
-        out[f"floor {floor} only"] = fused(replace(floor_only, min_similarity=floor))
-    for margin, least in ((0.03, 0.05), (0.05, 0.05), (0.1, 0.1)):
-        out[f"near best -{margin}, >= {least}"] = fused(
-            replace(w, similarity_margin=margin, min_nearest_similarity=least)
-        )
+    for floor in (0.15, 0.25, 0.3):
+        out[f"floor {floor}"] = fused(replace(w, min_similarity=floor))
+    for margin in (0.03, 0.1):
+        out[f"near best -{margin}"] = fused(replace(w, similarity_margin=margin))
+    for boost in (0.0, 1.0, 2.0):
+        out[f"emphasis {boost:g}"] = fused(replace(w, emphasis=boost))
     return out
 
 

@@ -13,9 +13,11 @@ disposable embedded PostgreSQL cluster (or ``POPAGENT_DATABASE_URL``):
    embedding 100k of them for real (about 25 minutes on two cores) would
    measure nothing but that. The queries are embedded for real, on every
    recall: that is the latency a user sees.
-2. write throughput with the local model, on real text: (a) ``retain_episode``
-   one call at a time, (b) ``retain_episodes`` in batches of 100, each with and
-   without embeddings; episodes/s and the ratio.
+2. write throughput on real text: (a) ``retain_episode`` one call at a time,
+   (b) ``retain_episodes`` in batches of 100, each with the local model (its
+   vector worker embedding in the background, on the same cores) and without
+   one; episodes/s and the ratio. Writes never embed: this is what the worker
+   costs them.
 
     python bench/semantic_latency.py [--quick] [--sizes 10000,100000] [--json PATH]
 """
@@ -121,9 +123,16 @@ async def scenario_recall(args: argparse.Namespace, admin: str, out: dict[str, A
         reader = LongTermMemory(plain.pool, embedder=local)
         rid, have = "bench-semantic", 0
         await add_facts(reader, rid)
+        await reader.wait_for_vectors(rid)
+        # Writes no more: its worker would race the writer's for the rows it loads.
+        await reader.aclose()
         for size in args.sizes:
             jobs = [(rid, min(2_000, size - o), f"s1:{o}") for o in range(have, size, 2_000)]
             loaded = await load(writer, f"one resource to {size:,}", jobs, args)
+            # Vectors are written in the background, after each write commits.
+            start = time.perf_counter()
+            loaded["pending"] = await writer.wait_for_vectors(rid, timeout=args.load_budget_s)
+            loaded["vectors_s"] = time.perf_counter() - start
             async with plain.pool.connection() as conn:
                 await conn.execute("VACUUM (ANALYZE) popagent_memory_embeddings")
             out["loads"].append(loaded)
@@ -137,6 +146,7 @@ async def scenario_recall(args: argparse.Namespace, admin: str, out: dict[str, A
                     f"{out['recall'][-1]['p95'] / out['recall'][-2]['p95']:.2f}x p95"
                 )
                 out["recall"][-2]["vs_lexical"] = ""
+        await writer.aclose()
     table(
         "Scenario 1: recall in one resource, lexical vs fused with query embedding (ms)",
         "memories run mode n p50 p95 max vs_lexical",
@@ -145,7 +155,7 @@ async def scenario_recall(args: argparse.Namespace, admin: str, out: dict[str, A
     table("Query embedding alone (local model, ms)", "memories run n p50 p95", out["embed"])
     table(
         "Loads (retain_episodes with bag-of-words vectors, 4 tasks)",
-        "load rows new seconds rows/s vacuum_s complete",
+        "load rows new seconds rows/s vacuum_s vectors_s pending complete",
         out["loads"],
     )
     print(f"exact search up to {vector_store.EXACT_SEARCH_MAX:,} memories, HNSW above")
@@ -157,7 +167,7 @@ async def scenario_throughput(args: argparse.Namespace, admin: str, out: dict[st
         embedded = LongTermMemory(plain.pool, embedder=LocalEmbedder())
         await embedded.recall("warm-up", "load the model")  # not timed: load once
         rows: list[dict[str, Any]] = []
-        for label, memory in (("without vectors", plain), ("with local vectors", embedded)):
+        for label, memory in (("without a model", plain), ("with the model", embedded)):
             rid = f"bench-{label.split()[0]}"
             items = turns(f"s3:{label}", singles)
             start = time.perf_counter()
@@ -181,6 +191,7 @@ async def scenario_throughput(args: argparse.Namespace, admin: str, out: dict[st
             base = next(r for r in rows if r["variant"][:3] == row["variant"][:3])
             row["vs_plain"] = f"{row['episodes/s'] / base['episodes/s']:.2f}x"
         out["throughput"] = rows
+        await embedded.aclose()
     table(
         "Scenario 2: write throughput (ms-scale synthetic episodes of 30-120 words)",
         "variant episodes seconds episodes/s vs_plain",
@@ -205,12 +216,12 @@ def main() -> None:
     with admin_url() as admin:
         asyncio.run(scenario_recall(args, admin, out))
         asyncio.run(scenario_throughput(args, admin, out))
-    print("\nAims (best of the two runs):")
+    print("\nAims (best of the two runs; issue 23: query embedding included):")
     for size in args.sizes:
         p95 = min(r["p95"] for r in out["recall"] if r["memories"] == size and r["mode"] == "fused")
-        aim = size <= 10_000
-        label = f"fused recall p95 at {size:,} <= 40 ms" if aim else f"fused recall p95 at {size:,}"
-        print(f"  {('met ' if p95 <= 40 else 'MISS') if aim else 'info'} {label}: {p95:.1f}")
+        aim = 15.0 if size <= 10_000 else 40.0
+        label = f"fused recall p95 at {size:,} <= {aim:.0f} ms"
+        print(f"  {'met ' if p95 <= aim else 'MISS'} {label}: {p95:.1f}")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

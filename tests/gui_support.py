@@ -1,15 +1,32 @@
-"""GUI test helpers: the app in process with a CSRF cookie, and form posts that carry it."""
+"""GUI test helpers: the app in process with a CSRF cookie, and form posts that carry it;
+the system's Chromium and where screenshots go, for the browser tests."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from popagent.web.gui.forms import CSRF_COOKIE, CSRF_FIELD
 
-__all__ = ["csrf_token", "field_error", "post_form"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "SCREENSHOTS", "csrf_token", "field_error", "post_form"]
+
+#: Debian's Chromium (CI installs it with apt); nothing is downloaded.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Screenshots of the browser tests (git-ignored under ``build/``).
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" / "screenshots"
 
 
 async def csrf_token(client: httpx.AsyncClient, path: str = "/") -> str:

@@ -174,6 +174,8 @@ async def test_the_retriever_returns_recall_results_as_documents(
     await memory.remember(resource, "Keeps bees in the garden", key="hobby.bees")
     await memory.remember(resource, "Sells honey at the Saturday market")
     await memory.remember(other_resource, "Keeps bees too, in another resource")
+    # Vectors are written in the background: both recalls must see the same ones.
+    assert await memory.wait_for_vectors(resource) == 0
     expected = await memory.recall(resource, "bees honey", limit=2, touch=False)
     retriever = PopagentRetriever.of(memory, resource, k=2)
     docs = await retriever.ainvoke("bees honey")

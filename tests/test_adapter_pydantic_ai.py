@@ -140,27 +140,33 @@ async def test_processor_puts_the_labelled_block_first(
 
 @pytest.mark.parametrize("instructions", [None, "Be brief."])
 async def test_a_block_from_an_earlier_run_is_never_sent_again(
-    memory: popagent.LongTermMemory, resource: str, instructions: str | None
+    database_url: str, resource: str, instructions: str | None
 ) -> None:
     """Pydantic AI merges the block's request into the first user request, so the
-    history of a run holds it inside that request; the next run must not stack it."""
-    await memory.remember(resource, "Prefers dark mode in every app", key="ui.theme")
-    await memory.remember(resource, "Drinks green tea at breakfast", key="drink")
-    model = Recorder(text("Dark."), text("Tea."), text("Hello."))
-    agent = Agent(
-        FunctionModel(model),
-        instructions=instructions,
-        capabilities=[ProcessHistory(RecallProcessor(memory, resource))],
-    )
-    first = await agent.run("Which theme do I like in every app?")
-    assert len(blocks(first.all_messages())) == 1
-    second = await agent.run("What do I drink at breakfast?", message_history=first.all_messages())
-    sent = blocks(model.requests[1])
-    assert len(sent) == 1 and "green tea" in sent[0]  # this request's block, once
-    assert len(blocks(second.all_messages())) == 1
-    # Nothing relevant now: no block at all, not the stale one.
-    await agent.run("Hello there", message_history=second.all_messages())
-    assert blocks(model.requests[2]) == []
+    history of a run holds it inside that request; the next run must not stack it.
+
+    Lexical recall (no embedder), so which facts are relevant to each prompt is
+    decided by their words alone, whenever the background vector writer runs."""
+    async with popagent.connect(database_url, embedder=None) as memory:
+        await memory.remember(resource, "Prefers dark mode in every app", key="ui.theme")
+        await memory.remember(resource, "Drinks green tea at breakfast", key="drink")
+        model = Recorder(text("Dark."), text("Tea."), text("Hello."))
+        agent = Agent(
+            FunctionModel(model),
+            instructions=instructions,
+            capabilities=[ProcessHistory(RecallProcessor(memory, resource))],
+        )
+        first = await agent.run("Which theme do I like in every app?")
+        assert len(blocks(first.all_messages())) == 1
+        second = await agent.run(
+            "What do I drink at breakfast?", message_history=first.all_messages()
+        )
+        sent = blocks(model.requests[1])
+        assert len(sent) == 1 and "green tea" in sent[0]  # this request's block, once
+        assert len(blocks(second.all_messages())) == 1
+        # Nothing relevant now: no block at all, not the stale one.
+        await agent.run("Hello there", message_history=second.all_messages())
+        assert blocks(model.requests[2]) == []
 
 
 async def test_processor_over_http_sends_the_block_as_the_first_message(

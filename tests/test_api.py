@@ -25,6 +25,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "mcp",
         "memory",
         "models",
+        "keys",
         "observe",
         "offload",
         "portable",

@@ -101,6 +101,11 @@ def pg_tool(name: str, *args: str | Path) -> str:
     ).stdout
 
 
+def pg_list(archive: Path) -> subprocess.CompletedProcess[bytes]:
+    """``pg_restore --list ARCHIVE`` of the wheel, however it ends."""
+    return subprocess.run([tool_path("pg_restore"), "--list", archive], capture_output=True)
+
+
 def listing(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
@@ -194,6 +199,17 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
             await secrets.set(resource, "api_token", f"tok-{n}-0123456789abcdef")
         for resource in resources:
             assert await memory.wait_for_vectors(resource) == 0
+        # The credential tables (migration 0017): a key, a login, a failed login, audit rows.
+        from popagent.keys import KeyStore
+        from popagent.web.logins import LoginStore
+
+        keys = KeyStore(memory.pool)
+        await keys.create(resources[0], "backup-test", "write")
+        logins = LoginStore(memory.pool)
+        principal = await keys.authenticate((await keys.create(resources[1], "b", "read"))[1])
+        assert principal is not None
+        await logins.open(principal)
+        await logins.failed("192.0.2.7")
     # A process without a model leaves its memory's vectors pending (for the next worker).
     async with popagent.connect(url, embedder=None, max_size=1) as lexical:
         await lexical.remember(resources[0], "Noted by a process without a model")
@@ -302,6 +318,21 @@ async def test_restore_refuses_what_is_not_a_popagent_backup(
 
     done = cli("--database-url", cluster.url, "restore", str(tmp_path / "missing"), "--yes")
     assert_refused(done, "does not exist")
+
+    # A damaged table of contents (an entry without a kind) crashes pg_restore --list
+    # itself, which then prints nothing: the refusal still says what happened.
+    from tests import pg_archive
+
+    good = tmp_path / "good.backup"
+    assert cli("--database-url", cluster.url, "backup", str(good)).returncode == 0
+    archive = pg_archive.read(good.read_bytes())
+    archive.entry("EXTENSION").kind = None
+    damaged = tmp_path / "damaged.backup"
+    damaged.write_bytes(pg_archive.write(archive))
+    raw = pg_list(damaged)
+    assert raw.returncode < 0 and raw.stderr == b"", raw  # the control: a silent crash
+    done = cli("--database-url", cluster.url, "restore", str(damaged), "--yes")
+    assert_refused(done, "pg_restore cannot read it: it crashed (signal", "the file is damaged")
 
     # Nor is a database without popagent's tables backed up.
     done = cli("--database-url", other_url, "backup", str(tmp_path / "x.backup"))
@@ -503,7 +534,8 @@ async def test_restore_refuses_objects_popagent_does_not_create(
     async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
         left = await conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'popagent\\_%' "
-            "UNION ALL SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_%'"
+            # (popagent_tenant is migration 0018's role, for row-level security: it stays.)
+            "UNION ALL SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_restore\\_%'"
         )
         assert await left.fetchall() == []
 
@@ -634,7 +666,9 @@ async def test_the_rows_are_loaded_by_a_role_that_cannot_run_programs(
     assert_refused(done, "is a member of pg_read_server_files", "cannot run programs")
     assert await digests(owned) == before
     async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_%'")
+        cur = await conn.execute(
+            "SELECT rolname FROM pg_roles WHERE rolname LIKE 'popagent\\_restore\\_%'"
+        )
         assert await cur.fetchall() == []
 
 

@@ -57,7 +57,11 @@ def test_fact_remembered_in_one_chat_is_recalled_labelled_in_the_next(
         database_url, res, env, "chat", "--new", input="Please always use dark mode.\n/exit\n"
     )
     assert first.exit_code == 0, first.output
-    assert "assistant> Noted: dark mode from now on.\n  [remember: ok]\n" in first.output
+    # What remember stored is shown, not only "ok".
+    stored = r"  \[remember: Stored: created fact #\d+ with key 'ui\.theme': " + re.escape(DARK)
+    assert re.search(
+        r"assistant> Noted: dark mode from now on\.\n" + stored + r"\]\n", first.output
+    ), first.output
     assert first.output.rstrip().endswith("Bye.")
     assert "Secret tools are off" not in first.output
     assert scripted.requests[0]["stream"] is True  # streaming is the default

@@ -112,6 +112,27 @@ def test_bad_input_exits_2_naming_the_field_and_writes_nothing(
     assert data["version"] == 0 and data["settings"]["temporal_markers"] is False
 
 
+def test_every_bad_value_is_reported_at_once(database_url: str, res: str) -> None:
+    out = invoke(
+        database_url,
+        res,
+        "set",
+        "observation_threshold_tokens=lots",
+        "temporal_markers=maybe",
+        "retained_context_percent=20",
+        "observation_treshold_tokens=5",
+    )
+    assert out.exit_code == 2
+    assert "3 problems, nothing was written" in out.output
+    for field in (
+        "observation_threshold_tokens",
+        "temporal_markers",
+        "observation_treshold_tokens",
+    ):
+        assert f"  {field}" in out.output, out.output
+    assert shown(database_url, res)["version"] == 0
+
+
 def test_reset_asks_then_restores_the_defaults(database_url: str, res: str) -> None:
     assert invoke(database_url, res, "set", "temporal_markers=true").exit_code == 0
     refused = invoke(database_url, res, "reset", input="n\n")

@@ -14,6 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -729,6 +730,75 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
         )
         assert out.exit_code == 0, out.output
         assert all(s.value not in out.output for s in group)
+    # A fact's content or key holding a credential is refused by import (popagent's
+    # format and Mem0's), as by every other fact write: exit 2, nothing written.
+    fact_record = {
+        "type": "fact",
+        "id": 1,
+        "key": None,
+        "content": "Ordinary",
+        "importance": 0.5,
+        "origin": "cli",
+        "version": 1,
+        "created_at": "2026-02-01T10:00:00+00:00",
+        "updated_at": "2026-02-01T10:00:00+00:00",
+    }
+    head = json.dumps({"format": "popagent-export", "version": 1, "resource_id": "x"})
+    bad_facts = [{**fact_record, "content": s.sentence} for s in CORPUS]
+    bad_facts += [{**fact_record, "key": key} for key in KEY_SECRETS]
+    for n, record in enumerate(bad_facts):
+        crafted = tmp_path / f"fact-{n}.jsonl"
+        crafted.write_text(f"{head}\n{json.dumps(record)}\n", encoding="utf-8")
+        out = await asyncio.to_thread(
+            runner.invoke, main, [*cli, "import", str(crafted), "--resource-id", "imported-fact"]
+        )
+        assert out.exit_code == 2 and "line 2: fact." in out.output, out.output
+    for n, secret in enumerate(CORPUS):
+        crafted = tmp_path / f"mem0-{n}.json"
+        memories = [{"memory": "Likes jazz"}, {"memory": secret.sentence}]
+        crafted.write_text(json.dumps({"results": memories}), encoding="utf-8")
+        out = await asyncio.to_thread(
+            runner.invoke,
+            main,
+            [*cli, "import", str(crafted), "--from", "mem0", "--resource-id", "mem0"],
+        )
+        assert out.exit_code == 2 and "results[1].memory" in out.output, out.output
+        assert secret.value not in out.output
+    # The CLI's other fact writes, and the API's upsert by key.
+    kept_id = (await memory.create_fact(RESOURCE, "Prefers green tea", key="drink")).id
+    for secret in CORPUS:
+        out = await asyncio.to_thread(
+            runner.invoke,
+            main,
+            [*cli, "--resource-id", RESOURCE, "facts", "add", secret.sentence],
+            catch_exceptions=False,
+        )
+        assert out.exit_code == 2 and "content: looks like" in out.output, out.output
+        out = await asyncio.to_thread(
+            runner.invoke,
+            main,
+            [
+                *cli,
+                "--resource-id",
+                RESOURCE,
+                "facts",
+                "edit",
+                str(kept_id),
+                "--content",
+                secret.sentence,
+            ],
+            catch_exceptions=False,
+        )
+        assert out.exit_code == 2 and "content: looks like" in out.output, out.output
+    async with in_process(app) as web:
+        for secret in CORPUS:
+            put = await web.put("/api/facts/by-key/note", json={"content": secret.sentence})
+            assert (put.status_code, put.json()["field"]) == (422, "content")
+        for key in KEY_SECRETS:
+            put = await web.put(
+                f"/api/facts/by-key/{quote(key, safe='')}", json={"content": "Ordinary"}
+            )
+            assert (put.status_code, put.json()["field"]) == (422, "key"), put.text
     with psycopg.connect(scratch_url) as conn:
         conn.execute("DELETE FROM popagent_sessions WHERE resource_id = %s", (source,))
 

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from popagent.embed import chunk_text, normalize_rows
-from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, rank
+from popagent.memory.ranking import (
+    DEFAULT_WEIGHTS,
+    RankingWeights,
+    emphasised_lexemes,
+    rank,
+    with_next_turns,
+)
 from popagent.memory.temporal import TimeWindow, query_window, time_score
 from popagent.models import Candidate, CorpusStats
 
@@ -244,10 +250,14 @@ def test_the_nearest_memory_below_the_floor_comes_back() -> None:
 
 
 def test_the_near_best_rule_never_goes_below_its_own_floor_or_widens_above() -> None:
-    # The best is too weak to count: nothing is evidence.
-    assert (
-        rank([cand(1, {}, 0.08), cand(2, {}, 0.06)], STATS, now=NOW, limit=8, semantic=True) == []
-    )
+    weak = [cand(1, {}, 0.08), cand(2, {}, 0.06), cand(3, {}, 0.02)]
+    # With a least cosine for the rule, a best below it is too weak to count: nothing is.
+    at_least = RankingWeights(min_nearest_similarity=0.1)
+    assert rank(weak, STATS, now=NOW, limit=8, weights=at_least, semantic=True) == []
+    # By default there is none (chosen on the implicit questions: a store of a few
+    # memories answers with its nearest), but the margin still holds: 0.02 is too far.
+    results = rank(weak, STATS, now=NOW, limit=8, semantic=True)
+    assert [r.memory.id for r in results] == [1, 2]
     # The best is above min_similarity: the floor stays min_similarity.
     results = rank([cand(1, {}, 0.30), cand(2, {}, 0.18)], STATS, now=NOW, limit=8, semantic=True)
     assert [r.memory.id for r in results] == [1]
@@ -270,3 +280,44 @@ def test_lexical_ranking_ignores_similarities() -> None:
     """The near-best rule belongs to semantic recall: lexical ranking admits no vector-only
     candidate whatever its similarity."""
     assert rank([cand(1, {}, 0.9)], STATS, now=NOW, limit=8) == []
+
+
+def test_the_next_turn_follows_its_hit_within_the_limit() -> None:
+    results = rank(
+        [cand(1, {"wed": 2}, 0.5), cand(2, {"wed": 1}, 0.4), cand(3, {}, 0.3)],
+        STATS,
+        now=NOW,
+        limit=3,
+        semantic=True,
+    )
+    assert [r.memory.id for r in results] == [1, 2, 3]
+    follower = make_memory(9, kind="episode")
+    out = with_next_turns(results, {1: follower, 2: make_memory(8, kind="episode")}, 1, 3)
+    # Only the first result's follower (top 1); the last result makes room.
+    assert [r.memory.id for r in out] == [1, 9, 2]
+    assert out[1].score == out[0].score
+    assert [(c.name, c.value, c.weight) for c in out[1].components] == [("next_turn", 1.0, 0.0)]
+    # A follower ranked lower anyway moves up, and is not listed twice.
+    moved = with_next_turns(results, {1: results[2].memory}, 1, 3)
+    assert [r.memory.id for r in moved] == [1, 3, 2]
+    assert with_next_turns(results, {}, 1, 3) == results
+    assert [r.memory.id for r in with_next_turns(results, {1: follower}, 0, 3)] == [1, 2, 3]
+
+
+def test_names_and_quoted_phrases_are_emphasised() -> None:
+    lexemes = ["carolin", "go", "lgbtq", "support", "group", "big", "trip", "melani", "say"]
+    found = emphasised_lexemes("When did Caroline go to the LGBTQ support group?", lexemes)
+    assert found == {"carolin", "lgbtq"}  # not "When": a sentence's first word
+    quoted = emphasised_lexemes('What did Melanie say about "the big trip"?', lexemes)
+    assert quoted == {"melani", "big", "trip"}
+    assert emphasised_lexemes("what should i avoid eating?", ["avoid", "eat"]) == frozenset()
+    # An emphasised lexeme weighs more: a memory holding the name outranks one holding
+    # the other word, which it tied with before.
+    stats = CorpusStats(
+        documents=100, average_length=10.0, document_frequency={"ann": 5, "trip": 5}
+    )
+    pair = [cand(1, {"trip": 1}, 0.3), cand(2, {"ann": 1}, 0.3)]
+    plain = rank(pair, stats, now=NOW, limit=2, semantic=True)
+    assert plain[0].score == pytest.approx(plain[1].score)
+    boosted = rank(pair, stats, now=NOW, limit=2, semantic=True, emphasis={"ann"})
+    assert [r.memory.id for r in boosted] == [2, 1] and boosted[0].score > boosted[1].score

@@ -346,9 +346,9 @@ def test_cli_embed_backfills_and_resumes(
     embed = [*base, "embed", "--embedder", "openai", "--model", "m", "--base-url", server.base_url]
     first = runner.invoke(main, [*embed, "--max", "2"], catch_exceptions=False)
     assert first.exit_code == 0, first.output
-    assert "embedded 2 memories of 1 resource(s) with m; 1 remaining" in first.output
+    assert "embedded 2 memories of 1 resource with m; 1 remaining" in first.output
     second = runner.invoke(main, embed, catch_exceptions=False)
-    assert "embedded 1 memories" in second.output and "0 remaining" in second.output
+    assert "embedded 1 memory of" in second.output and "0 remaining" in second.output
     bad = runner.invoke(main, [*base, "embed", "--embedder", "openai"])
     assert bad.exit_code == 2 and "embedding_model" in bad.output
 
@@ -418,3 +418,42 @@ def test_commands_use_the_local_model_unless_told_otherwise(
     assert (data["mode"], data["pending_vectors"]) == ("fused", 0)
     # Both memories have vectors now: the one stored without a model too.
     assert models() == ["scripted-384", "scripted-384"]
+
+
+async def test_the_episode_after_the_best_one_comes_back_right_after_it(
+    semantic: LongTermMemory, resource: str, database_url: str
+) -> None:
+    """The answer is often in the reply after the turn a question matches: semantic
+    recall returns the next episode of the best one's session second, though it
+    shares no word with the question; another session's episode never follows."""
+    day = datetime(2024, 5, 1, tzinfo=UTC)
+    await semantic.retain_episodes(
+        resource,
+        [
+            EpisodeTurn("trip", "Where should we go for the wedding?", "Somewhere warm", day),
+            EpisodeTurn("trip", "Lisbon then", "Booked for the 12th", day),
+            EpisodeTurn("trip", "And the hotel?", "Near the river", day),
+            EpisodeTurn("other", "Printer toner is low", "Ordered more", day),
+        ],
+    )
+    assert await semantic.wait_for_vectors(resource) == 0
+    found = await semantic.recall(resource, "wedding plans", now=day)
+    assert [r.memory.content for r in found[:2]] == [
+        "User: Where should we go for the wedding?\nAssistant: Somewhere warm",
+        "User: Lisbon then\nAssistant: Booked for the 12th",
+    ]
+    follower = found[1]
+    assert [(c.name, c.value, c.weight) for c in follower.components] == [("next_turn", 1.0, 0.0)]
+    assert follower.score == found[0].score
+    # Lexical recall is unchanged: only what its words find.
+    lexical = await semantic.recall(resource, "wedding plans", now=day, mode="lexical")
+    assert [r.memory.session_id for r in lexical] == ["trip"]
+    # Words only in the last turn: nothing follows it (the other session's episode does not).
+    last = await semantic.recall(resource, "river hotel", now=day, mode="fused", limit=2)
+    assert last[0].memory.content.endswith("Near the river")
+    assert all(c.name != "next_turn" for r in last for c in r.components)
+    # A deleted follower: the episode after it follows instead.
+    await semantic.delete(resource, follower.memory.id)
+    again = await semantic.recall(resource, "wedding plans", now=day)
+    assert again[1].memory.content == "User: And the hotel?\nAssistant: Near the river"
+    assert again[1].components[0].name == "next_turn"

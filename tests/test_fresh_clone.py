@@ -10,8 +10,14 @@ untracked, not ignored files (``git ls-files -co --exclude-standard``; a real
 2. ``popagent`` is not on ``PATH`` until ``source .venv/bin/activate``; then
    ``popagent remember`` and ``popagent recall``, verbatim from the README;
 3. the same over HTTP: the README's ``PUT /api/facts/by-key/ui.theme``, twice
-   (one fact), its recall, and the GUI's first page;
-4. a second ``scripts/serve`` skips the install (nothing changed) and refuses
+   (one fact), and its recall;
+4. the GUI in Debian's Chromium (``/usr/bin/chromium``, through Playwright): the
+   memory browser with the fact, the recall preview finding it, settings,
+   sessions, the chat page without a model and the API reference; each page
+   is screenshotted (``build/test-artifacts/screenshots/first-minute-*.png``)
+   and checked by what it shows and that nothing on it failed or came from
+   elsewhere;
+5. a second ``scripts/serve`` skips the install (nothing changed) and refuses
    the busy port before printing any URL.
 
 Time: the copy's ``.venv`` is a real one made by ``scripts/venv``, and pip
@@ -38,7 +44,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from playwright.sync_api import ConsoleMessage, Page, Request, expect, sync_playwright
 
+from tests.gui_support import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
 from tests.web_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,6 +180,84 @@ def shell(clone: Path, env: dict[str, str], command: str) -> subprocess.Complete
     )
 
 
+def shot(page: Page, name: str) -> None:
+    """A screenshot of the whole page, checked to be a real image of some size."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    image = page.screenshot(path=str(SCREENSHOTS / f"first-minute-{name}.png"), full_page=True)
+    assert image.startswith(b"\x89PNG") and len(image) > 5_000, name
+
+
+def walk_the_gui(base: str, fact_id: int) -> None:
+    """The README's "Open http://127.0.0.1:8787/": each page a new user would open."""
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install chromium"
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+            page.set_default_timeout(20_000)
+
+            def on_console(message: ConsoleMessage) -> None:
+                if message.type == "error":
+                    problems.append(f"console: {message.text}")
+
+            def on_request(request: Request) -> None:
+                if not request.url.startswith((base, "data:")):
+                    problems.append(f"request elsewhere: {request.url}")
+
+            page.on("console", on_console)
+            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+            page.on("request", on_request)
+
+            page.goto(base + "/")
+            expect(page.get_by_role("heading", level=1)).to_have_text("Memories")
+            row = page.locator("tr.memory")
+            expect(row).to_have_count(1)
+            expect(row).to_contain_text("I prefer dark mode")
+            expect(row).to_contain_text("ui.theme")
+            expect(page.get_by_test_id("resource")).to_have_text("popagent-user")
+            shot(page, "memories")
+
+            page.get_by_role("link", name="I prefer dark mode").click()
+            expect(page).to_have_url(f"{base}/memories/{fact_id}")
+            expect(page.get_by_test_id("version")).to_have_text("2")  # the PUT, twice
+            shot(page, "fact")
+
+            page.get_by_role("link", name="Recall", exact=True).click()
+            page.get_by_label("Query").fill("which theme do I like?")
+            page.get_by_role("button", name="Preview recall").click()
+            expect(page.get_by_test_id("rendered")).to_contain_text("[fact] I prefer dark mode")
+            expect(page.locator("table.components").first).to_contain_text("Contribution")
+            shot(page, "recall")
+
+            page.get_by_role("link", name="Settings", exact=True).click()
+            expect(page.get_by_test_id("server-facts")).to_contain_text("none configured")
+            expect(page.locator("legend").first).to_have_text("Recall")
+            shot(page, "settings")
+
+            page.get_by_role("link", name="Sessions", exact=True).click()
+            expect(page.get_by_test_id("empty")).to_contain_text("start a chat")
+            shot(page, "sessions")
+
+            page.get_by_role("link", name="Chat", exact=True).click()
+            expect(page.get_by_test_id("no-model")).to_contain_text("POPAGENT_MODEL")
+            shot(page, "chat")
+
+            page.get_by_role("link", name="API", exact=True).click()
+            expect(page.get_by_role("heading", level=1)).to_have_text("API reference")
+            expect(page.locator("#schema-FactCreate")).to_contain_text("content")
+            shot(page, "api")
+
+            assert not problems, problems
+            # A mistyped address: the HTML 404 page, with the nav to go on from.
+            missing = page.goto(base + "/no/such/page")
+            assert missing is not None and missing.status == 404
+            expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
+            expect(page.get_by_role("link", name="Memories", exact=True)).to_be_visible()
+        finally:
+            browser.close()
+
+
 def test_the_readme_first_minute_from_a_fresh_clone(tmp_path: Path) -> None:
     for text in ("scripts/serve", ACTIVATE, REMEMBER, RECALL, PUT_PATH, PUT_BODY, RECALL_BODY):
         assert text in README, f"the README no longer says {text!r}"
@@ -214,12 +300,13 @@ def test_the_readme_first_minute_from_a_fresh_clone(tmp_path: Path) -> None:
             preview = http.post("/api/recall", content=RECALL_BODY)
             assert preview.status_code == 200
             assert "I prefer dark mode" in preview.json()["rendered"]
-            page = http.get("/")
-            assert page.status_code == 200 and "text/html" in page.headers["content-type"]
             facts = http.get("/api/facts").json()["items"]
             assert [f["content"] for f in facts] == ["I prefer dark mode"]
 
-        # 4. A second start: nothing to install, and the port is refused before any URL.
+        # 4. The GUI's pages in Chromium, as the README lists them.
+        walk_the_gui(base, facts[0]["id"])
+
+        # 5. A second start: nothing to install, and the port is refused before any URL.
         again = subprocess.run(
             ["scripts/serve", "--port", str(port)],
             cwd=clone,

@@ -24,6 +24,7 @@ from markupsafe import escape
 
 import popagent
 from popagent.llm import OpenAIChatModel
+from popagent.models import MemoryFilter
 from popagent.observe.settings import SETTINGS
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.threads import ThreadStore
@@ -32,10 +33,10 @@ from popagent.web.gui import ROUTERS
 from popagent.web.gui.forms import CSRF_COOKIE
 from popagent.web.gui.login import local_path
 from popagent.web.gui.pages_settings import group_settings
-from popagent.web.middleware import TOKEN_COOKIE
+from popagent.web.middleware import LOGIN_COOKIE
 from tests.gui_support import csrf_token, field_error, post_form
 from tests.observe_support import insert_observed
-from tests.scripted_model import Reply, ScriptedModelServer
+from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 from tests.web_support import api_client, count_rows, in_process
 
 TOKEN = "gui-test-token-0123456789"
@@ -51,7 +52,8 @@ def memory_id(location: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/facts/new", "/cleanup", "/recall", "/settings", "/sessions", "/chat/s-1"]
+    "path",
+    ["/", "/facts/new", "/cleanup", "/recall", "/settings", "/sessions", "/chat/s-1", "/docs"],
 )
 async def test_every_page_shows_resource_and_nav_without_inline_code(
     gui: httpx.AsyncClient, resource: str, path: str
@@ -62,7 +64,7 @@ async def test_every_page_shows_resource_and_nav_without_inline_code(
     assert "script-src 'self'" in response.headers["content-security-policy"]
     html = response.text
     assert f'<code data-testid="resource">{resource}</code>' in html
-    for label in ("Memories", "Recall", "Sessions", "Chat", "Settings"):
+    for label in ("Memories", "Recall", "Sessions", "Chat", "Settings", "API"):
         assert f">{label}</a>" in html
     assert 'aria-current="page"' in html
     # Under no-referrer a browser sends "Origin: null" with a form POST, which the
@@ -104,6 +106,52 @@ async def test_unknown_memory_is_an_html_404(gui: httpx.AsyncClient) -> None:
         assert response.status_code == 404, path
         assert response.headers["content-type"].startswith("text/html")
         assert "Not found" in response.text
+
+
+async def test_unknown_gui_path_is_the_html_404_page_and_api_paths_stay_json(
+    gui: httpx.AsyncClient,
+) -> None:
+    for path in ("/nowhere", "/memories", "/facts/1/nothing", "/sessions/a/b/c"):
+        response = await gui.get(path)
+        assert response.status_code == 404, path
+        assert response.headers["content-type"].startswith("text/html"), path
+        assert "<h1>Not found</h1>" in response.text
+        assert ">Memories</a>" in response.text  # the nav, to go on from there
+    for path in ("/api/nowhere", "/api", "/static/nothing.css"):
+        response = await gui.get(path)
+        assert response.status_code == 404, path
+        assert response.headers["content-type"].startswith("application/json"), path
+
+
+async def test_api_reference_is_browsable_without_a_cdn(gui: httpx.AsyncClient) -> None:
+    response = await gui.get("/docs")
+    assert response.status_code == 200
+    html = response.text
+    document = (await gui.get("/openapi.json")).json()
+    # Every operation of the document is on the page, under its method and path.
+    for path, item in document["paths"].items():
+        for method in item:
+            assert f"{method.upper()}</span> <code>{escape(path)}</code>" in html, (method, path)
+    for name in document["components"]["schemas"]:
+        assert f'id="schema-{name}"' in html
+    # Types link to their schemas; a body names its schema.
+    assert 'Body: <a href="#schema-FactCreate">FactCreate</a>' in html
+    # Nothing from elsewhere: every src and href is local or an anchor.
+    for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert ref.startswith(("/", "#")) and not ref.startswith("//"), ref
+
+
+async def test_empty_states_say_what_to_do_next(gui: httpx.AsyncClient) -> None:
+    memories = (await gui.get("/")).text
+    assert "Nothing is stored yet" in memories
+    assert 'href="/facts/new">add a fact</a>' in memories
+    assert "popagent remember" in memories
+    sessions = (await gui.get("/sessions")).text
+    assert 'No sessions yet. A session is one conversation with the agent: <a href="/chat">' in (
+        sessions
+    )
+    filtered = (await gui.get("/", params={"text": "nothing like this"})).text
+    assert "No memories match these filters" in filtered and 'href="/">clear them</a>' in filtered
 
 
 # --- facts and episodes -----------------------------------------------------------------------
@@ -314,23 +362,25 @@ async def test_filters_and_paging(
     await memory.retain_episode(resource, "garden", "How are the plants?", "Thirsty.")
 
     first = (await gui.get("/")).text
-    assert first.count('<li class="memory ') == 25
+    assert first.count('<tr class="memory ') == 25
+    # A compact table: no per-row boilerplate about access counts and versions.
+    assert "Access count" not in first and "Version 1" not in first
     assert "Showing 1\u201325" in first
     assert "offset=25" in first
     second = (await gui.get("/", params={"offset": "25"})).text
-    assert second.count('<li class="memory ') == 3
+    assert second.count('<tr class="memory ') == 3
     assert "Previous page" in second
     assert "Next page" not in second
 
     episodes = (await gui.get("/", params={"kind": "episode"})).text
-    assert episodes.count('<li class="memory episode"') == 1
+    assert episodes.count('<tr class="memory episode"') == 1
     by_key = (await gui.get("/", params={"key": "PLANT.3"})).text
-    assert by_key.count('<li class="memory ') == 1
+    assert by_key.count('<tr class="memory ') == 1
     assert "Plant number 3 needs" in by_key
     by_text = (await gui.get("/", params={"text": "number 1"})).text
-    assert by_text.count('<li class="memory ') == 11  # 1 and 10-19
+    assert by_text.count('<tr class="memory ') == 11  # 1 and 10-19
     by_session = (await gui.get("/", params={"session_id": "garden"})).text
-    assert by_session.count('<li class="memory ') == 1
+    assert by_session.count('<tr class="memory ') == 1
 
     today = datetime.now(UTC).date()
     dated = await gui.get("/", params={"from": today.isoformat(), "to": today.isoformat()})
@@ -385,6 +435,12 @@ async def test_maintenance_runs_and_reports(gui: httpx.AsyncClient) -> None:
 async def test_recall_preview_shows_components_and_block(
     gui: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:
+    # An empty store recalls nothing, and the page says what to do (with memories, the
+    # nearest by meaning comes back even for an unrelated query: docs/embeddings.md).
+    nothing = await post_form(gui, "/recall", {"query": "zebra xylophone quartet"})
+    assert "Nothing was recalled for this query" in nothing.text
+    assert 'href="/facts/new">add a fact</a>' in nothing.text
+
     await memory.create_fact(resource, "The user's cat is called Miso", key="pet.cat")
     await memory.create_fact(resource, "The user works as a baker")
     response = await post_form(gui, "/recall", {"query": "what is my cat called", "limit": "5"})
@@ -396,6 +452,9 @@ async def test_recall_preview_shows_components_and_block(
     for header in ("Component", "Value", "Weight", "Contribution"):
         assert f'<th scope="col">{header}</th>' in html
     assert '<th scope="row">' in html
+    assert 'data-testid="empty"' not in html
+    # A preview is not an access, and the page says so (not "counts as an access").
+    assert "A preview is not an access" in html and "counts as an access" not in html
 
     empty = await post_form(gui, "/recall", {"query": "  ", "limit": "500"})
     assert empty.status_code == 422
@@ -431,8 +490,27 @@ async def test_settings_page_documents_every_setting(gui: httpx.AsyncClient) -> 
     for s in SETTINGS:
         assert f'<label for="{s.name}">' in html
         assert str(escape(s.help)) in html
-    for title in ("Observation", "Reflection", "Retained context", "Buffering"):
-        assert f"<legend>{title}</legend>" in html
+    legends = re.findall(r"<legend>([^<]+)</legend>", html)
+    # The everyday groups first; the observational-memory knobs folded under Advanced.
+    assert legends == [
+        "Recall",
+        "Retention",
+        "Model instructions",
+        "Observation",
+        "Reflection",
+        "Buffering",
+    ]
+    folded = html.split('<details class="advanced" data-testid="advanced">', 1)[1]
+    assert "<legend>Observation</legend>" in folded and "<legend>Recall</legend>" not in folded
+    # Plain labels, with the name the CLI and API use beside each.
+    assert (
+        '<label for="observation_threshold_tokens">Take notes once a conversation has grown by '
+        '<span class="hint">(tokens)</span> '
+        '<code class="name">observation_threshold_tokens</code></label>'
+    ) in html
+    # What the environment sets, read-only, first.
+    assert "Chat model</dt><dd>none configured: set POPAGENT_MODEL" in html
+    assert "episodes older than 90 days go, at most 5,000 per resource" in html
     assert 'data-testid="version">0<' in html
 
 
@@ -443,10 +521,17 @@ async def test_settings_errors_inline_and_nothing_written(
     bad = await post_form(
         gui,
         "/settings",
-        {"observation_threshold_tokens": "lots", "temporal_markers": "true"},
+        {
+            "observation_threshold_tokens": "lots",
+            "temporal_markers": "true",
+            "retained_context_percent": "half",
+        },
     )
     assert bad.status_code == 422
+    # Every invalid value at once, not the first one only.
     assert "whole number of tokens" in field_error(bad.text, "observation_threshold_tokens")
+    assert "whole percent" in field_error(bad.text, "retained_context_percent")
+    assert '<details class="advanced" data-testid="advanced" open>' in bad.text
     assert 'value="lots"' in bad.text  # what was typed stays to be fixed
     assert (await store.read(resource)).version == 0
 
@@ -511,6 +596,8 @@ async def test_session_history_observations_rename_delete(
 
     listing = (await gui.get("/sessions")).text
     assert 'href="/sessions/chat%261"' in listing
+    # An untitled session is named by its first user message, not only its id.
+    assert "“message &lt;0&gt;”</a>" in listing
 
     page = (await gui.get("/sessions/chat%261")).text
     assert page.count('<li class="message ') == 50
@@ -528,6 +615,7 @@ async def test_session_history_observations_rename_delete(
     renamed = await post_form(gui, "/sessions/chat%261/rename", {"title": "Counting"})
     assert renamed.headers["location"] == "/sessions/chat%261?notice=session-renamed"
     assert (await threads.get_session(resource, "chat&1")).title == "Counting"
+    assert ">Counting</a>" in (await gui.get("/sessions")).text
 
     confirm = await gui.get("/sessions/chat%261/delete")
     assert "Delete this session" in confirm.text
@@ -573,6 +661,29 @@ async def test_chat_form_fallback_runs_a_turn(
     ]
 
 
+async def test_chat_reply_says_what_remember_stored(
+    memory: popagent.LongTermMemory,
+    resource: str,
+    scripted: ScriptedModelServer,
+    chat_model: OpenAIChatModel,
+) -> None:
+    scripted.script(
+        CallTools([("remember", {"content": "The user prefers tea", "key": "drink"})]),
+        Reply("Noted."),
+    )
+    async with api_client(memory, resource, chat_model) as client:
+        response = await client.post("/api/sessions/s-tea/chat", json={"message": "I like tea"})
+    assert response.status_code == 200, response.text
+    (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
+    assert response.json()["tool_calls"] == [
+        {
+            "name": "remember",
+            "outcome": "ok",
+            "result": f"Stored: created fact #{fact.id} with key 'drink': The user prefers tea",
+        }
+    ]
+
+
 # --- login ------------------------------------------------------------------------------------
 
 
@@ -587,7 +698,7 @@ async def gated(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator
         yield client
 
 
-async def test_login_sets_the_token_cookie_and_returns(
+async def test_login_sets_a_login_cookie_and_returns(
     gated: httpx.AsyncClient, resource: str
 ) -> None:
     away = await gated.get("/settings")
@@ -602,15 +713,17 @@ async def test_login_sets_the_token_cookie_and_returns(
     wrong = await post_form(gated, "/login", {"token": "not-the-token", "next": "/settings"})
     assert wrong.status_code == 401
     assert "not this server" in wrong.text
-    assert TOKEN_COOKIE not in gated.cookies
+    assert LOGIN_COOKIE not in gated.cookies
 
     right = await post_form(gated, "/login", {"token": TOKEN, "next": "/settings"})
     assert right.status_code == 303
     assert right.headers["location"] == "/settings"
     cookie = right.headers["set-cookie"]
-    assert cookie.startswith(f"{TOKEN_COOKIE}={TOKEN};")
-    for attribute in ("HttpOnly", "SameSite=strict", "Path=/"):
+    assert cookie.startswith(f"{LOGIN_COOKIE}=")
+    assert TOKEN not in cookie  # a random login id, never the token itself
+    for attribute in ("HttpOnly", "SameSite=strict", "Path=/", "Max-Age=43200"):
         assert attribute in cookie
+    assert "Secure" not in cookie  # served over plain HTTP here
     assert (await gated.get("/settings")).status_code == 200
 
     out = await post_form(gated, "/logout", {})
@@ -635,4 +748,4 @@ async def test_login_without_a_token_needs_nothing(gui: httpx.AsyncClient) -> No
     assert "needs no token" in (await gui.get("/login")).text
     response = await post_form(gui, "/login", {"token": "", "next": "/recall"})
     assert response.headers["location"] == "/recall"
-    assert TOKEN_COOKIE not in response.headers.get("set-cookie", "")
+    assert LOGIN_COOKIE not in response.headers.get("set-cookie", "")

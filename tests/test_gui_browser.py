@@ -29,24 +29,14 @@ from playwright.async_api import (
 )
 
 import popagent
+from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
-from tests.scripted_model import Fail, Reply, ScriptedModelServer
+from tests.gui_support import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+from tests.scripted_model import CallTools, Fail, Reply, ScriptedModelServer
 from tests.web_support import count_rows, scripted_settings, uvicorn_server
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 15_000
 
 
@@ -174,7 +164,7 @@ async def test_create_edit_delete_fact(
     await screenshot(page, screenshots, "recall.png")
 
     await page.goto(server + "/")
-    await expect(page.locator("li.memory")).to_have_count(2)
+    await expect(page.locator("tr.memory")).to_have_count(2)
     await screenshot(page, screenshots, "memories.png")
 
     await page.get_by_role("link", name=f"Delete fact {fid}").click()
@@ -217,6 +207,8 @@ async def test_setting_refused_inline_then_saved(
     page = w.page
     await page.goto(server + "/settings")
     threshold = page.locator("#observation_threshold_tokens")
+    await expect(threshold).to_be_hidden()  # folded under Advanced
+    await page.get_by_text("Advanced: observational memory").click()
     await expect(threshold).to_have_value("30000")
 
     await threshold.fill("50")
@@ -319,6 +311,34 @@ async def test_chat_turn_streams_onto_the_page(
     ]
 
 
+async def test_chat_shows_what_remember_stored(
+    browser: Browser,
+    database_url: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    scripted: ScriptedModelServer,
+) -> None:
+    content = "The user prefers dark mode"
+    scripted.script(
+        CallTools([("remember", {"content": content, "key": "ui.theme"})]),
+        Reply("Noted."),
+    )
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    settings = scripted_settings(scripted)
+    with uvicorn_server(config, database_url=database_url, model_settings=settings) as base:
+        w = await open_page(browser)
+        page = w.page
+        await page.goto(base + "/chat/s-remember")
+        await page.get_by_label("Message").fill("I like dark mode.")
+        await page.get_by_role("button", name="Send").click()
+        await expect(page.locator("#chat-status")).to_have_text("Reply complete.")
+        (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
+        await expect(page.locator("#tool-calls")).to_have_text(
+            f"remember: Stored: created fact #{fact.id} with key 'ui.theme': {content}"
+        )
+        w.assert_clean()
+
+
 async def test_chat_model_failure_is_shown_readably(
     browser: Browser,
     database_url: str,
@@ -349,7 +369,10 @@ async def test_chat_without_model_shows_a_readable_error(browser: Browser, serve
     await expect(page.get_by_test_id("no-model")).to_contain_text("POPAGENT_MODEL")
     await page.get_by_label("Message").fill("hello")
     await page.get_by_role("button", name="Send").click()
-    await expect(page.locator("#chat-error")).to_contain_text("No model is available.")
+    error = page.locator("#chat-error")
+    await expect(error).to_contain_text("No model is configured: set POPAGENT_MODEL")
+    # Said once, not "No model is available. no model is configured ...".
+    assert (await error.text_content() or "").lower().count("no model") == 1
     await expect(page.locator("#chat-log li.message.assistant")).to_have_count(0)
     w.assert_clean()
 
@@ -432,6 +455,7 @@ async def test_narrow_viewport_does_not_scroll_sideways(
         "/chat/narrow",
         "/cleanup",
         "/purge",
+        "/docs",
     ):
         await page.goto(server + path)
         sizes = await page.evaluate(
@@ -441,6 +465,32 @@ async def test_narrow_viewport_does_not_scroll_sideways(
         if path in ("/", "/sessions/narrow"):
             name = "memories" if path == "/" else "session"
             await screenshot(page, screenshots, f"{name}-375px.png")
+    w.assert_clean()
+
+
+async def test_a_page_of_memories_fits_one_screen(
+    browser: Browser,
+    server: str,
+    memory: popagent.LongTermMemory,
+    resource: str,
+    screenshots: Path,
+) -> None:
+    for i in range(30):
+        await memory.create_fact(
+            resource, f"Fact number {i}: the user waters plant {i} every week", key=f"plant.{i}"
+        )
+    w = await open_page(browser, width=1280, height=900)
+    page = w.page
+    await page.goto(server + "/")
+    rows = page.locator("tr.memory")
+    await expect(rows).to_have_count(25)
+    await screenshot(page, screenshots, "memories-page.png")
+    # One line per memory: the 25 rows of a page fit in a laptop screen's height.
+    table = await page.locator("table.memory-table tbody").bounding_box()
+    assert table is not None and table["height"] <= 800, table
+    first = await rows.first.bounding_box()
+    assert first is not None and first["height"] <= 32, first
+    await expect(rows.first).not_to_contain_text("Access count")
     w.assert_clean()
 
 
@@ -497,7 +547,7 @@ async def test_restore_an_old_version_and_revert_a_session(
     assert (await memory.get_fact(resource, fid)).content == "Rides a bike"  # not yet
     await page.get_by_role("button", name="Revert these writes").click()
     await expect(page.locator(".notice")).to_have_text(
-        "Session's writes reverted: 1 facts restored, 1 memories deleted, 0 skipped."
+        "Session's writes reverted: 1 fact restored, 1 memory deleted, 0 writes skipped."
     )
     assert (await memory.get_fact(resource, fid)).content == "Drives a blue car"
     assert [m.id for m in await memory.list_memories(resource)] == [fid]

@@ -311,7 +311,7 @@ async def test_session_writes_and_revert_with_confirmation(
     location = reverted.headers["location"]
     assert location == "/sessions/s-1?notice=session-reverted&restored=1&deleted=1&skipped=0"
     shown = (await gui.get(location)).text
-    assert "1 facts restored, 1 memories deleted, 0 skipped" in shown
+    assert "1 fact restored, 1 memory deleted, 0 writes skipped" in shown
     fact = await memory.get_fact(resource, home)
     assert (fact.content, fact.origin) == ("Lives in Porto", "gui")
     assert [m.id for m in await memory.list_memories(resource)] == [home]

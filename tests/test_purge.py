@@ -26,15 +26,18 @@ import popagent
 from popagent.agent import Agent
 from popagent.cli import main
 from popagent.errors import ValidationError
+from popagent.keys import KeyStore
 from popagent.llm import OpenAIChatModel
 from popagent.memory.purge import PurgeReport, count_resource_rows, purge_resource
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store import observations as obs_sql
 from popagent.store import threads as thread_sql
+from popagent.store.citus import distributed
 from popagent.store.database import Conn
 from popagent.store.purge import PURGE_TABLES, purge_rows
 from popagent.threads import ThreadStore
+from popagent.web.logins import LoginStore
 from tests.gui_support import post_form
 from tests.observe_support import insert_chunk, insert_observed
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
@@ -107,6 +110,11 @@ async def fill(
     await MemorySettingsStore(memory.pool).update(resource, observer_guidance=f"Note {mark}.")
     secrets = SecretStore(memory.pool, SecretCipher(os.urandom(32)))
     await secrets.set(resource, f"{mark}_token", f"value-of-{mark}")
+    # An API key, a GUI login made with it, and their access audit (migration 0017).
+    keys = KeyStore(memory.pool)
+    principal = await keys.authenticate((await keys.create(resource, f"{mark}-key"))[1])
+    assert principal is not None
+    await LoginStore(memory.pool).open(principal)
     # Vectors, written by the background worker; then, the worker stopped, a memory
     # whose vectors stay pending (as one written where no model runs).
     assert await memory.wait_for_vectors(resource) == 0
@@ -296,15 +304,24 @@ async def test_vacuum_can_be_skipped(memory: popagent.LongTermMemory, resource: 
     assert report.count("popagent_memories") == 1 and report.vacuumed == ()
 
 
+# On a Citus cluster the statement waits on a worker, where its shard's lock is held;
+# the coordinator lists such waits, by the statement the client sent, in citus_lock_waits.
+_LOCK_WAITS = """
+SELECT count(*) AS n FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND starts_with(ltrim(query, E' \\n'), %(prefix)s)
+"""
+_CITUS_LOCK_WAITS = """
+SELECT count(*) AS n FROM citus_lock_waits
+WHERE starts_with(ltrim(blocked_statement, E' \\n'), %(prefix)s)
+"""
+
+
 async def wait_for_lock(conn: Conn, statement_prefix: str) -> None:
     """Until a backend waits on a lock in a statement starting with ``statement_prefix``
     (``conn`` autocommit, so each poll sees ``pg_stat_activity`` afresh); at most ~10 s."""
+    query = _CITUS_LOCK_WAITS if await distributed(conn) else _LOCK_WAITS
     for _ in range(200):
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND starts_with(ltrim(query, E' \\n'), %s)",
-            (statement_prefix,),
-        )
+        cur = await conn.execute(query, {"prefix": statement_prefix})
         row = await cur.fetchone()
         if row is not None and row["n"]:
             return

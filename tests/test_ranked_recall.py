@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -26,6 +28,16 @@ from popagent.memory.temporal import query_window
 from popagent.models import RecallResult
 from popagent.store import ranked
 from popagent.store import recall as recall_sql
+from popagent.store.citus import distributed
+
+
+@pytest.fixture
+async def memory(database_url: str) -> AsyncIterator[LongTermMemory]:
+    """Recall by words alone: these tests compare lexical rankings and statistics, which
+    vectors written in the background between two recalls would change."""
+    async with popagent.connect(database_url, max_size=24, embedder=None) as ltm:
+        yield ltm
+
 
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 
@@ -230,6 +242,11 @@ async def test_repeated_recalls_run_one_generic_plan(
     async with memory.pool.connection() as conn:
         await conn.execute("ANALYZE popagent_memories, popagent_lexeme_stats")
     async with popagent.connect(database_url, min_size=1, max_size=1, embedder=None) as one:
+        async with one.pool.connection() as conn:
+            citus = await distributed(conn)
+        if citus:
+            await _assert_routed_to_one_shard(one, corpus)
+            return
         for query in QUERIES * 3:
             await one.recall(corpus, query, now=NOW, touch=False)
         async with one.pool.connection() as conn:
@@ -241,3 +258,22 @@ async def test_repeated_recalls_run_one_generic_plan(
     assert plans is not None
     # psycopg prepares it at the 6th run; PostgreSQL plans its first 5 runs afresh.
     assert plans["custom_plans"] == 5 and plans["generic_plans"] >= 15
+
+
+async def _assert_routed_to_one_shard(one: LongTermMemory, corpus: str) -> None:
+    """On a Citus cluster the coordinator plans every execution itself; what keeps a
+    recall cheap there is that it goes whole to the one shard of its resource: one
+    remote command per recall, naming shards of that shard alone (docs/scaling.md)."""
+    sent: list[str] = []
+    async with one.pool.connection() as conn:  # the pool's one connection, kept
+        conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+        await conn.execute("SET citus.log_remote_commands = on")
+        await conn.execute("SET client_min_messages = log")
+    for query in ("sourdough bread", "restaurnt sushi", "guitar piano concert lesson"):
+        before = len(sent)
+        results = await one.recall(corpus, query, now=NOW, touch=False)
+        commands = [m for m in sent[before:] if "popagent_scoped_lexemes" in m]
+        assert len(commands) == 1, (query, sent[before:])
+        shards = set(re.findall(r"popagent_memories_(\d+)", commands[0]))
+        assert len(shards) == 1, commands[0]
+        assert results, query

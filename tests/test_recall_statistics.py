@@ -10,9 +10,22 @@ against a recount of ``popagent_memories``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+import popagent
 from popagent import EpisodeTurn, LongTermMemory
+
+
+@pytest.fixture
+async def memory(database_url: str) -> AsyncIterator[LongTermMemory]:
+    """Recall by words alone: these tests compare lexical rankings and statistics, which
+    vectors written in the background between two recalls would change."""
+    async with popagent.connect(database_url, max_size=24, embedder=None) as ltm:
+        yield ltm
+
 
 RECOUNT = """
 SELECT coalesce((SELECT jsonb_object_agg(resource_id, jsonb_build_array(n, total))

@@ -63,6 +63,31 @@ async def test_the_library_default(database_url: str, resource: str) -> None:
                 assert await lexical.recall(resource, question) == []
 
 
+async def test_a_new_memory_is_found_by_its_meaning_within_about_a_second(
+    database_url: str, resource: str
+) -> None:
+    """No ``wait_for_vectors``: the background worker alone makes a fact just written
+    answer a question that shares no word with it, about a second later."""
+    async with popagent.connect(database_url, max_size=2) as memory:
+        assert await memory.warm_up()  # as a server does at start: the load is not timed
+        await memory.remember(resource, "Has a dog named Biscuit")  # a confuser, embedded
+        assert await memory.wait_for_vectors(resource) == 0
+        written = time.monotonic()
+        stored = await memory.remember(resource, "Allergic to peanuts")
+        found_after = None
+        while time.monotonic() - written < 5.0:
+            report = await memory.recall_report(resource, "what should I avoid eating?")
+            if report.results and report.results[0].memory.id == stored.memory.id:
+                found_after = time.monotonic() - written
+                break
+            await asyncio.sleep(0.05)
+        assert found_after is not None, "never found by its meaning"
+        assert report.mode == "fused" and report.pending == 0
+        # The worker looks 50 ms after the write and embeds one fact in milliseconds;
+        # 1.5 s leaves room for a busy test machine.
+        assert found_after < 1.5, found_after
+
+
 def test_the_cli_default(database_url: str, resource: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "POPAGENT_EMBEDDER"}
     base = [*cli_command(), "--database-url", database_url, "--resource-id", resource]

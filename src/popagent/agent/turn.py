@@ -90,10 +90,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ToolCallRecord:
-    """One tool call of a turn: the name the model called and how it ended."""
+    """One tool call of a turn: the name the model called, how it ended, and the
+    tool's answer as the model read it (``text``; for ``remember``, what was stored)."""
 
     name: str
     outcome: Outcome
+    #: Not part of equality: a record is identified by what was called and how it ended.
+    text: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,7 +451,7 @@ class Agent:
                     ),
                 )
                 outcome = await self.runner.call(call_ctx, call.name, call.arguments)
-                tally.tool_calls.append(ToolCallRecord(call.name, outcome.outcome))
+                tally.tool_calls.append(ToolCallRecord(call.name, outcome.outcome, outcome.text))
                 await transcript.add_tool_result(call, outcome.text, outcome.outcome)
                 messages.append(
                     ChatMessage("tool", outcome.text, tool_call_id=call.id, name=call.name)

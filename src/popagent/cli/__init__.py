@@ -65,6 +65,7 @@ COMMANDS: dict[str, Command] = {
     "purge": Command("purge", "purge_command", "Delete EVERYTHING of one resource, for good."),
     "export": Command("portable", "export_command", "Export one resource as JSON Lines."),
     "import": Command("portable", "import_command", "Import an export (or Mem0's memories)."),
+    "keys": Command("keys", "keys_group", "Create, list and revoke per-resource API keys.", True),
     "maintain": Command(
         "memory", "maintain", "Apply retention to every resource (for cron).", False
     ),

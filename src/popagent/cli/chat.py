@@ -26,6 +26,7 @@ from contextlib import AsyncExitStack
 import click
 
 from ..agent import Agent, TurnResult, build_agent
+from ..checks import check_new_session_id
 from ..connection import connect
 from ..embed import configured_embedder
 from ..errors import NotFoundError, PopagentError, TurnFailedError
@@ -34,7 +35,7 @@ from ..models import Session
 from ..observe.state import read_generations
 from ..secrets import SecretCipher, SecretKeyError, SecretStore
 from ..threads.service import PAGE_CAP
-from .common import Settings, exit_codes, memory_line, secret_cipher, session_line
+from .common import Settings, exit_codes, memory_line, one_line, secret_cipher, session_line
 from .sessions import first_user_messages, history_lines
 
 __all__ = ["NO_MODEL_HELP", "chat_command"]
@@ -169,6 +170,9 @@ class _Chat:
         try:
             self.runner.run(self.threads.get_session(self.resource_id, session_id))
         except NotFoundError:
+            # The rule every surface applies to a new session's ID (exit 2 here, before
+            # the first turn): one that the GUI's and the API's URLs can name.
+            session_id = check_new_session_id(session_id)
             click.echo(f"Session {session_id} (new). /help lists the commands.")
         else:
             click.echo(f"Session {session_id} (resumed; /history shows its recent messages).")
@@ -271,9 +275,10 @@ class _Chat:
             click.echo()
         else:
             click.echo(f"assistant> {result.reply}")
-        if result.tool_calls:
-            calls = ", ".join(f"{c.name}: {c.outcome}" for c in result.tool_calls)
-            click.echo(f"  [{calls}]")
+        for call in result.tool_calls:
+            # remember's answer says what it stored (or why not), which the user should see.
+            shown = call.text if call.name == "remember" and call.text else call.outcome
+            click.echo(f"  [{call.name}: {one_line(shown, 200)}]")
         if self.show_memories:
             self._show_memories()
 

@@ -27,7 +27,7 @@ from ..defaults import (
     OPENAI_API_KEY_ENV,
 )
 from ..embed import PROVIDERS, make_embedder
-from .common import Settings, exit_codes
+from .common import Settings, exit_codes, plural
 
 __all__ = ["embed_command"]
 
@@ -98,9 +98,10 @@ def embed_command(
                     if bar:
                         bar[0].__exit__(None, None, None)
             click.echo(
-                f"embedded {report.embedded:,} memories of {report.resources:,} resource(s) "
-                f"with {report.model}; {report.remaining:,} remaining"
-                + (f"; pruned {report.pruned:,} vectors of other models" if prune else "")
+                f"embedded {plural(report.embedded, 'memory', 'memories')} of "
+                f"{plural(report.resources, 'resource')} with {report.model}; "
+                f"{report.remaining:,} remaining"
+                + (f"; pruned {plural(report.pruned, 'vector')} of other models" if prune else "")
             )
 
         asyncio.run(main())

@@ -58,9 +58,19 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
     type=click.Path(dir_okay=False),
     help="HTTP: file whose first line is the bearer token (or set POPAGENT_TOKEN).",
 )
+@click.option(
+    "--multi-resource",
+    is_flag=True,
+    help="HTTP: serve every resource; each request's from its API key (`popagent keys`).",
+)
 @click.pass_context
 def mcp_command(
-    ctx: click.Context, transport: str, host: str, port: int, token_file: str | None
+    ctx: click.Context,
+    transport: str,
+    host: str,
+    port: int,
+    token_file: str | None,
+    multi_resource: bool,
 ) -> None:
     """Serve this resource's memory as MCP tools (remember, recall, list_facts,
     forget_fact, list_episodes, get_episode)."""
@@ -69,9 +79,12 @@ def mcp_command(
         resource_id = check_id("resource_id", settings.resource_id)
         sock: socket.socket | None = None
         token: str | None = None
+        if multi_resource and transport != "http":
+            raise click.UsageError("--multi-resource: needs --transport http")
         if transport == "http":
             token = load_token(token_file)
-            require_token_for(host, token)
+            if not multi_resource:  # then every request needs an API key anyway
+                require_token_for(host, token)
             from ..mcp import bind
 
             try:
@@ -79,7 +92,7 @@ def mcp_command(
             except OSError as exc:
                 raise click.ClickException(f"cannot bind {host}:{port}: {exc.strerror}") from exc
         try:
-            asyncio.run(_serve(settings, resource_id, sock, token))
+            asyncio.run(_serve(settings, resource_id, sock, token, multi_resource))
         except KeyboardInterrupt:
             pass
         finally:
@@ -114,7 +127,11 @@ class _Termination:
 
 
 async def _serve(
-    settings: Settings, resource_id: str, sock: socket.socket | None, token: str | None
+    settings: Settings,
+    resource_id: str,
+    sock: socket.socket | None,
+    token: str | None,
+    multi_resource: bool = False,
 ) -> None:
     task = asyncio.current_task()
     assert task is not None
@@ -123,7 +140,7 @@ async def _serve(
     # Before the database is opened: a SIGTERM during start-up stops it as well.
     loop.add_signal_handler(signal.SIGTERM, termination)
     try:
-        await _serve_until_done(settings, resource_id, sock, token, termination)
+        await _serve_until_done(settings, resource_id, sock, token, termination, multi_resource)
     except asyncio.CancelledError:
         if not termination.fired:
             raise
@@ -138,6 +155,7 @@ async def _serve_until_done(
     sock: socket.socket | None,
     token: str | None,
     termination: _Termination,
+    multi_resource: bool = False,
 ) -> None:
     from ..mcp import MCP_PATH, MemoryServer, http_server, serve_stdio
 
@@ -152,8 +170,9 @@ async def _serve_until_done(
         # The model loads now, not in the first recall; memories stored without
         # vectors (by any process) get them in the background meanwhile.
         await memory.warm_up()
-        memory.watch_vectors(resource_id)
-        server = MemoryServer(memory, resource_id)
+        if not multi_resource:
+            memory.watch_vectors(resource_id)
+        server = MemoryServer(memory, resource_id, multi_resource=multi_resource)
         if sock is None:
             _note(f"serving resource {resource_id!r} over stdio")
             await serve_stdio(server)
@@ -162,10 +181,10 @@ async def _serve_until_done(
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         auth = "bearer token required" if token else "no token: loopback only"
-        _note(
-            f"serving resource {resource_id!r} over streamable HTTP at "
-            f"http://{shown}:{port}{MCP_PATH} ({auth})"
-        )
+        if multi_resource:
+            auth = "an API key per request"
+        served = "every resource" if multi_resource else f"resource {resource_id!r}"
+        _note(f"serving {served} over streamable HTTP at http://{shown}:{port}{MCP_PATH} ({auth})")
         web = http_server(server, sock, token=token)
         termination.web = web
         await web.serve(sockets=[sock])

@@ -77,6 +77,30 @@ WORKER_HEALTHCHECK_S = 30
     help="Server processes on the one socket (default: one per core). Env: POPAGENT_WORKERS.",
 )
 @click.option(
+    "--multi-resource",
+    is_flag=True,
+    help="Serve every resource: each request's resource comes from its API key "
+    "(`popagent keys create`); the token, if any, is the operator's (keys only).",
+)
+@click.option(
+    "--key-rate",
+    type=click.IntRange(min=0),
+    default=1200,
+    show_default=True,
+    help="Multi-resource mode: requests one API key may make per minute (429 past it); "
+    "0: no limit.",
+)
+@click.option(
+    "--quota-memories",
+    type=click.IntRange(min=1),
+    help="Multi-resource mode: memories one resource may store (a write past it gets 429).",
+)
+@click.option(
+    "--quota-bytes",
+    type=click.IntRange(min=1),
+    help="Multi-resource mode: bytes of memory content one resource may store.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -91,6 +115,10 @@ def serve_command(
     allowed_hosts: tuple[str, ...],
     maintenance_interval: float,
     workers: int | None,
+    multi_resource: bool,
+    key_rate: int,
+    quota_memories: int | None,
+    quota_bytes: int | None,
     log_level: str,
 ) -> None:
     """Serve the management API, the web GUI and chat for this resource.
@@ -108,11 +136,17 @@ def serve_command(
     workers = workers or default_workers()
     with exit_codes():
         token = load_token(token_file)
-        require_token_for(host, token)
+        if not multi_resource:  # in multi-resource mode every request needs a key anyway
+            require_token_for(host, token)
         allowed = parse_allowed_hosts(allowed_hosts)
         embedder = configured_embedder()
     check_port(host, port)
-    say(f"resource {settings.resource_id!r}, {workers} worker{'' if workers == 1 else 's'}")
+    served_resources = (
+        "every resource, each request's from its API key"
+        if multi_resource
+        else f"resource {settings.resource_id!r}"
+    )
+    say(f"{served_resources}, {workers} worker{'' if workers == 1 else 's'}")
     say(_model_line())
     say(_embedder_line(embedder))
     # From here on stderr is JSON lines only: ours, uvicorn's and every library's.
@@ -131,6 +165,10 @@ def serve_command(
         token=token,
         maintenance_interval_s=maintenance_interval * 3600 if maintenance_interval else None,
         allowed_hosts=allowed,
+        multi_resource=multi_resource,
+        key_requests_per_minute=key_rate or None,
+        quota_memories=quota_memories,
+        quota_bytes=quota_bytes,
     )
     if _is_wildcard(host) and not allowed:
         log.warning(

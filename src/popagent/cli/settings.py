@@ -2,17 +2,18 @@
 
 Values are typed as ``NAME=VALUE`` (``off`` turns a setting off where that is a
 value; see ``popagent.observe.settings.parse_setting``) and validated exactly as
-the library validates them: bad input exits 2 naming the setting, and nothing is
-written. A change applies from the next agent turn.
+the library validates them: bad input exits 2 naming the setting (every value
+that does not parse, all in one message), and nothing is written. A change applies from the next agent turn.
 """
 
 from __future__ import annotations
 
 import click
 
+from ..errors import ValidationError
 from ..observe.settings import SETTINGS, format_setting, parse_setting
 from ..observe.settings_store import MemorySettingsStore, StoredSettings
-from .common import Settings, emit_json, exit_codes, one_line, run, when
+from .common import Settings, emit_json, one_line, run, when
 
 __all__ = ["settings_group"]
 
@@ -75,15 +76,28 @@ def settings_show(ctx: click.Context, as_json: bool, verbose: bool) -> None:
 def settings_set(ctx: click.Context, assignments: tuple[str, ...]) -> None:
     """Change one or more settings at once, validated together (`show -v` lists them)."""
     changes: dict[str, object] = {}
-    with exit_codes():
-        for assignment in assignments:
-            name, sep, text = assignment.partition("=")
-            name = name.strip()
-            if not sep or not name:
-                raise click.UsageError(f"expected NAME=VALUE, got {one_line(assignment, 60)!r}")
-            if name in changes:
-                raise click.UsageError(f"{name}: given twice")
+    problems: list[str] = []  # every bad value is reported at once, not the first one only
+    seen: set[str] = set()
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            problems.append(f"expected NAME=VALUE, got {one_line(assignment, 60)!r}")
+            continue
+        if name in seen:
+            problems.append(f"{name}: given twice")
+            continue
+        seen.add(name)
+        try:
             changes[name] = parse_setting(name, text)
+        except ValidationError as exc:
+            problems.append(str(exc))
+    if len(problems) == 1:
+        raise click.UsageError(problems[0])
+    if problems:
+        raise click.UsageError(
+            f"{len(problems)} problems, nothing was written:\n  " + "\n  ".join(problems)
+        )
     stored = run(ctx, lambda m, r: MemorySettingsStore(m.pool).update_stored(r, changes))
     for name in changes:
         click.echo(f"{name} = {_shown(name, getattr(stored.settings, name))}")

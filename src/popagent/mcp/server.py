@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import mcp_types as types
@@ -42,8 +43,10 @@ from ..agent.hooks import Hook, HookSet
 from ..agent.runner import ToolRunner
 from ..agent.tools import ToolContext, ToolOutcome
 from ..checks import check_id
+from ..keys import Principal
 from ..memory.longterm import LongTermMemory
 from ..models import Provenance
+from ..store.tenant import serving
 from .episodes import GetEpisodeTool, ListEpisodesTool
 from .guidance import SERVER_INSTRUCTIONS
 from .shapes import StructuredSlot
@@ -120,14 +123,19 @@ class MemoryServer:
         resource_id: str,
         *,
         hooks: Sequence[Hook] | None = None,
+        multi_resource: bool = False,
     ) -> None:
         self.memory = memory
         self.resource_id = check_id("resource_id", resource_id)
+        #: Over HTTP, each call's resource is the one of the request's API key
+        #: (``transport.KeyGate``); ``resource_id`` is then unused.
+        self.multi_resource = multi_resource
         self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
         self.session_id = f"{SESSION_PREFIX}{uuid.uuid4()}"
         listed = memory_tools(StructuredSlot())
         self._listing = [_describe(tool) for tool in listed]
         self._schemas = {tool.name: tool.spec.parameters for tool in listed}
+        self._read_only = frozenset(tool.name for tool in listed if tool.hints.read_only)
         self.lowlevel: Server[Any] = Server(
             SERVER_NAME,
             version=__version__,
@@ -145,18 +153,32 @@ class MemoryServer:
         return [tool.model_copy(deep=True) for tool in self._listing]
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any] | None, *, session_id: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        session_id: str | None = None,
+        principal: Principal | None = None,
     ) -> types.CallToolResult:
-        """Run one tool call as ``tools/call`` does (hooks, audit, errors as results)."""
+        """Run one tool call as ``tools/call`` does (hooks, audit, errors as results).
+        With ``principal`` (multi-resource mode), on its resource and within its scope."""
+        resource_id = self.resource_id
+        if self.multi_resource:
+            if principal is None or principal.resource_id is None:
+                return _refused("this server needs an API key of a resource")
+            if not principal.allows("write") and name not in self._read_only:
+                return _refused(f"this key's scope ({principal.scope}) runs read-only tools only")
+            resource_id = principal.resource_id
         slot = StructuredSlot()
         runner = ToolRunner(memory_tools(slot), self.hooks)
         ctx = ToolContext(
-            self.resource_id, session_id or self.session_id, self.memory, provenance=MCP_PROVENANCE
+            resource_id, session_id or self.session_id, self.memory, provenance=MCP_PROVENANCE
         )
         args = dict(arguments or {})
-        outcome = await runner.call(ctx, name, args)
-        # The audit rows are committed before the client hears back.
-        await runner.drain()
+        with serving(resource_id) if self.multi_resource else nullcontext():
+            outcome = await runner.call(ctx, name, args)
+            # The audit rows are committed before the client hears back.
+            await runner.drain()
         return _result(outcome, slot, tried_resource=any("resource" in n.lower() for n in args))
 
     async def _list_tools(
@@ -167,7 +189,12 @@ class MemoryServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await self.call(params.name, params.arguments, session_id=self._session_of(ctx))
+        return await self.call(
+            params.name,
+            params.arguments,
+            session_id=self._session_of(ctx),
+            principal=_principal_of(ctx),
+        )
 
     def _session_of(self, ctx: ServerRequestContext[Any]) -> str:
         """``mcp-<Mcp-Session-Id>`` for a handshake-era HTTP session, else this server's ID.
@@ -182,6 +209,20 @@ class MemoryServer:
         if isinstance(value, str) and _MCP_SESSION.fullmatch(value):
             return f"{SESSION_PREFIX}{value}"
         return self.session_id
+
+
+def _principal_of(ctx: ServerRequestContext[Any]) -> Principal | None:
+    """The API key's principal of the HTTP request that carried this call, if any."""
+    scope = getattr(ctx.request, "scope", None)
+    found = scope.get("state", {}).get("principal") if isinstance(scope, Mapping) else None
+    return found if isinstance(found, Principal) else None
+
+
+def _refused(message: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"Refused, the tool did not run: {message}.")],
+        is_error=True,
+    )
 
 
 def _result(

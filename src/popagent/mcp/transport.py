@@ -10,12 +10,16 @@ Invariants:
   (``require_token_for``), and with a token every request must carry it
   (``BearerTokenMiddleware`` around the SDK's app, 401 otherwise). On loopback
   the SDK's DNS-rebinding protection is on as well (Host and Origin checked).
+- In multi-resource mode (``MemoryServer(multi_resource=True)``) every request
+  needs an API key instead, and each tool call acts on the key's resource
+  (``KeyGate``); a read key runs only the read-only tools.
 - The socket is bound before ``serve_http`` is called, so the caller knows the
   real port (``--port 0`` picks a free one) before the first request.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from typing import cast
 
@@ -23,9 +27,11 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
-from ..access import ASGIApp, BearerTokenMiddleware, require_token_for
+from ..access import ASGIApp, BearerTokenMiddleware, Receive, Scope, Send, require_token_for
 from ..defaults import DEFAULT_HOST
 from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
+from ..keys import KeyStore
+from ..store.tenant import serving
 from .lines import LineScreen, claimed_stdin
 from .server import MemoryServer
 
@@ -33,6 +39,7 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "MCP_PATH",
+    "KeyGate",
     "bind",
     "http_app",
     "http_server",
@@ -62,13 +69,61 @@ async def serve_stdio(server: MemoryServer) -> None:
 
 
 def http_app(server: MemoryServer, *, host: str, token: str | None) -> ASGIApp:
-    """The streamable-HTTP ASGI app at ``MCP_PATH``, behind the bearer-token check.
+    """The streamable-HTTP ASGI app at ``MCP_PATH``, behind the bearer-token check
+    (in multi-resource mode: behind ``KeyGate``, every request needs an API key).
 
-    Raises ``ValidationError`` for a non-loopback ``host`` without a token.
+    Raises ``ValidationError`` for a non-loopback ``host`` without a token (in
+    single-resource mode).
     """
-    require_token_for(host, token)
     app = server.lowlevel.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    if server.multi_resource:
+        return KeyGate(app, KeyStore(server.memory.pool))
+    require_token_for(host, token)
     return BearerTokenMiddleware(app, token)
+
+
+class KeyGate:
+    """Multi-resource mode: every HTTP request needs a live API key (``popagent.keys``);
+    its principal goes into ``scope["state"]["principal"]``, where ``MemoryServer``
+    takes each tool call's resource and scope from. Anything else gets 401."""
+
+    def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        principal = None
+        if scheme.lower() == "bearer":
+            principal = await self.keys.authenticate(
+                key.strip(), method=scope.get("method"), path=MCP_PATH
+            )
+        if principal is None:
+            body = json.dumps({"detail": "missing, wrong, expired or revoked API key"}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b"Bearer"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        # The request's connections are confined to the key's resource (``store.tenant``).
+        # Calls of a handshake-era session run in the session's task, which started
+        # under its first request's key: ``MemoryServer.call`` confines them again.
+        assert principal.resource_id is not None
+        with serving(principal.resource_id):
+            await self.app(scope, receive, send)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -11,7 +11,9 @@ a recall's latency. When the model fails (it cannot load, an endpoint is
 down), recall is lexical: the failure is logged once (``embed.health``),
 never raised. Memories whose vectors are still pending are found by their
 words. ``recall_report`` also says which mode ran and why
-(``memory.recall_report``).
+(``memory.recall_report``). Semantic recall also returns the episode that
+follows its best one in the same session (``RankingWeights.next_turns``,
+``store.neighbours``), right after it.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from ..embed.protocol import EmbeddingError, Vectors
 from ..errors import ValidationError
 from ..models import CorpusStats, RecallResult, ScoreComponent
 from ..store import memories as store
+from ..store import neighbours as neighbours_sql
 from ..store import ranked as ranked_sql
 from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from .base import MemoryBase
-from .ranking import RankingWeights, idf, rank
+from .ranking import RankingWeights, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window
 from .validation import (
@@ -198,7 +201,19 @@ class Recalling(MemoryBase):
                         weights=weights,
                         semantic=True,
                         window=window,
+                        emphasis=emphasised_lexemes(query, stats.document_frequency)
+                        if weights.emphasis > 0
+                        else (),
                     )
+                    top = min(weights.next_turns, len(results))
+                    episodes = [
+                        r.memory.id
+                        for r in results[:top]
+                        if r.memory.kind == "episode" and r.memory.session_id is not None
+                    ]
+                    if episodes and limit > 1:
+                        following = await neighbours_sql.next_episodes(conn, resource_id, episodes)
+                        results = with_next_turns(results, following, top, limit)
                 if not results or not touch:
                     return results, ran
                 touched = await store.touch_accessed(

@@ -39,6 +39,7 @@ from ..embed.protocol import Embedder
 from ..errors import EmbeddingError, PopagentError
 from ..store import pending as pending_sql
 from ..store.database import Pool
+from ..store.tenant import bypass
 from .semantic import write_pending
 
 __all__ = [
@@ -165,7 +166,10 @@ class VectorWorker:
             except RuntimeError:  # no loop runs now: the next call from one starts the task
                 return
             self._wake = asyncio.Event()
-            self._task = loop.create_task(self._run(), name="popagent-vectors")
+            # One worker serves every resource: it runs as the owner, even when a
+            # request confined to one resource (``store.tenant``) is what starts it.
+            with bypass("the vector worker serves every resource"):
+                self._task = loop.create_task(self._run(), name="popagent-vectors")
         elif self._wake is not None:
             self._wake.set()
 

@@ -53,11 +53,13 @@ STATEMENT_CAP = 16_384
 
 # The entry kinds a popagent backup holds, longest first (so that "TABLE DATA" is
 # read before "TABLE"). Anything else (FUNCTION of another name, EVENT TRIGGER,
-# VIEW, RULE, POLICY, LARGE OBJECT, PROCEDURE, ...) is refused by name.
+# VIEW, RULE, LARGE OBJECT, PROCEDURE, ...) is refused by name; a POLICY or ROW
+# SECURITY entry only as migration 0018 makes it (row-level security).
 _KINDS = (
     "SEQUENCE OWNED BY",
     "CHECK CONSTRAINT",
     "FK CONSTRAINT",
+    "ROW SECURITY",
     "SEQUENCE SET",
     "TABLE DATA",
     "CONSTRAINT",
@@ -68,6 +70,7 @@ _KINDS = (
     "COMMENT",
     "DEFAULT",
     "SCHEMA",
+    "POLICY",
     "INDEX",
     "TABLE",
     "ACL",

@@ -55,6 +55,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout, TooManyRe
 
 from ..defaults import DATABASE_URL_ENV
 from ..errors import DatabaseBusyError, DatabaseError
+from . import tenant
 from .embedded import EmbeddedServer
 from .migrate import apply_migrations
 from .supervisor import supervised
@@ -302,6 +303,9 @@ class Pool(AsyncConnectionPool[Conn]):
             return
         try:
             async with super().connection(timeout) as conn:
+                # Multi-resource mode: confined to the caller's resource by row-level
+                # security, or the owner's again (``store.tenant``).
+                await tenant.confine(conn, tenant.current_tenant())
                 yield conn
         except (PoolTimeout, TooManyRequests) as exc:
             raise self._wait_error(exc) from exc
@@ -366,12 +370,13 @@ class Pool(AsyncConnectionPool[Conn]):
         try:
             try:
                 raw = await psycopg.AsyncConnection.connect(self._target, **self._connect_kwargs)
-                conn = cast(Conn, raw)
-                await configure_connection(conn)
             except psycopg.OperationalError as exc:
                 raise database_error(exc) from exc
+            conn = cast(Conn, raw)
             try:
-                async with conn:
+                async with conn:  # closed however the setup or the caller ends
+                    await configure_connection(conn)
+                    await tenant.confine(conn, tenant.current_tenant())
                     yield conn
             except psycopg.OperationalError as exc:
                 raise database_error(exc) from exc

@@ -494,21 +494,31 @@ UPDATE import_session s SET outcome = 'added' FROM added a WHERE a.session_id = 
 """
 
 # A session the target holds already is never merged: unchanged when its messages
-# equal the file's (role, content, parts, item, in order), else skipped.
+# equal the file's (role, content, parts, item, in order), else skipped. The stored
+# messages are read in one set, not by a subquery per staged session: Citus cannot
+# correlate a distributed table with a temporary one (docs/scaling.md).
 MATCH_SESSIONS = """
-UPDATE import_session s
-SET outcome = CASE WHEN NOT EXISTS (
-    SELECT 1
-    FROM (SELECT role, content, parts, item, row_number() OVER (ORDER BY id) AS n
-          FROM popagent_messages
-          WHERE resource_id = %(resource_id)s AND session_id = s.session_id) stored
-    FULL JOIN (SELECT role, content, parts, item, row_number() OVER (ORDER BY id) AS n
-               FROM import_message f WHERE f.session_id = s.session_id) filed
-        USING (n)
+WITH stored AS (
+    SELECT session_id, role, content, parts, item,
+           row_number() OVER (PARTITION BY session_id ORDER BY id) AS n
+    FROM popagent_messages
+    WHERE resource_id = %(resource_id)s
+      AND session_id IN (SELECT session_id FROM import_session WHERE outcome IS NULL)
+), filed AS (
+    SELECT session_id, role, content, parts, item,
+           row_number() OVER (PARTITION BY session_id ORDER BY id) AS n
+    FROM import_message
+    WHERE session_id IN (SELECT session_id FROM import_session WHERE outcome IS NULL)
+), differing AS (
+    SELECT coalesce(stored.session_id, filed.session_id) AS session_id
+    FROM stored FULL JOIN filed ON filed.session_id = stored.session_id AND filed.n = stored.n
     WHERE stored.n IS NULL OR filed.n IS NULL
        OR (stored.role, stored.content, stored.parts, stored.item)
           IS DISTINCT FROM (filed.role, filed.content, filed.parts, filed.item)
-) THEN 'unchanged' ELSE 'skipped' END
+)
+UPDATE import_session s
+SET outcome = CASE WHEN s.session_id IN (SELECT session_id FROM differing)
+                   THEN 'skipped' ELSE 'unchanged' END
 WHERE s.outcome IS NULL
 """
 

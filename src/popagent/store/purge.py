@@ -27,10 +27,13 @@ from .database import Conn
 
 __all__ = [
     "COUNT_ROWS",
+    "DELETE_ACCESS_AUDIT",
+    "DELETE_API_KEYS",
     "DELETE_AUDIT",
     "DELETE_EMBEDDINGS",
     "DELETE_FACT_VERSIONS",
     "DELETE_LEXEME_STATS",
+    "DELETE_LOGINS",
     "DELETE_MEMORIES",
     "DELETE_MEMORY_SETTINGS",
     "DELETE_MESSAGES",
@@ -94,6 +97,11 @@ DELETE_MEMORY_SETTINGS = "DELETE FROM popagent_memory_settings WHERE resource_id
 # Audit rows hold no content, but each names the resource and its sessions: a
 # purged resource leaves none behind (docs/long-term-memory.md, "Purge").
 DELETE_AUDIT = "DELETE FROM popagent_audit WHERE resource_id = %(resource_id)s"
+# The resource's API keys (migration 0017) go too, and their GUI logins with them
+# (deleted first: the key's rows are what they refer to); so does its access audit.
+DELETE_LOGINS = "DELETE FROM popagent_logins WHERE resource_id = %(resource_id)s"
+DELETE_API_KEYS = "DELETE FROM popagent_api_keys WHERE resource_id = %(resource_id)s"
+DELETE_ACCESS_AUDIT = "DELETE FROM popagent_access_audit WHERE resource_id = %(resource_id)s"
 
 #: (table, statement) in the order a purge runs them.
 PURGE_STATEMENTS: tuple[tuple[str, str], ...] = (
@@ -112,6 +120,9 @@ PURGE_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("popagent_secrets", DELETE_SECRETS),
     ("popagent_memory_settings", DELETE_MEMORY_SETTINGS),
     ("popagent_audit", DELETE_AUDIT),
+    ("popagent_logins", DELETE_LOGINS),
+    ("popagent_api_keys", DELETE_API_KEYS),
+    ("popagent_access_audit", DELETE_ACCESS_AUDIT),
 )
 
 #: Every table that holds rows of a resource, in purge order.

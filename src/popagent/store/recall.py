@@ -31,6 +31,7 @@ whose keys name the resource, plus an explicit ``resource_id`` filter.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from psycopg.rows import tuple_row
@@ -49,6 +50,7 @@ __all__ = [
     "candidate_lexemes",
     "candidate_parameters",
     "candidates",
+    "candidates_statement",
     "choose_lexemes",
     "corpus_stats",
     "scored_lexemes",
@@ -209,6 +211,20 @@ def scored_lexemes(stats: CorpusStats) -> list[str]:
     return sorted(lexemes)
 
 
+@lru_cache(maxsize=64)
+def candidates_statement(pool: int, distributed: bool) -> str:
+    """``LEXICAL_CANDIDATES`` as run: ``pool`` written in as a number and, on plain
+    PostgreSQL, the resource id read through ``(SELECT ...)``, for one generic plan
+    (the reasons are ``store.ranked.statement``'s: with them as parameters
+    PostgreSQL planned this statement afresh on every recall)."""
+    if type(pool) is not int or pool < 1:  # written into the statement: no bools, no text
+        raise ValueError("pool must be a positive integer")
+    text = LEXICAL_CANDIDATES
+    if not distributed:
+        text = _CANDIDATES_POSTGRESQL.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
+    return text.replace("%(pool)s", str(pool))
+
+
 async def candidates(
     conn: Conn, resource_id: str, stats: CorpusStats, *, idfs: dict[str, float], pool: int
 ) -> list[Candidate]:
@@ -219,7 +235,7 @@ async def candidates(
     params = candidate_parameters(resource_id, stats, idfs, pool)
     if params is None:
         return []
-    text = LEXICAL_CANDIDATES if await distributed(conn) else _CANDIDATES_POSTGRESQL
+    text = candidates_statement(pool, await distributed(conn))
     # Tuple rows: the candidate rows are the hot loop of recall's decoding.
     async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(text, params)

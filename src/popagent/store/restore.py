@@ -76,7 +76,7 @@ _OURS = r"popagent\_%"
 EXPECTED_OBJECTS = r"""
 WITH ns AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = %(schema)s),
 rel AS (
-    SELECT c.oid, c.relname::text AS name, c.relkind FROM pg_catalog.pg_class c
+    SELECT c.oid, c.relname::text AS name, c.relkind, c.relrowsecurity FROM pg_catalog.pg_class c
     WHERE c.relnamespace = (SELECT oid FROM ns) AND c.relname LIKE 'popagent\_%%'
 )
 SELECT k.kind, rel.name FROM rel
@@ -100,6 +100,11 @@ UNION ALL
 SELECT 'DEFAULT', rel.name || ' ' || a.attname FROM pg_catalog.pg_attrdef d
 JOIN rel ON rel.oid = d.adrelid
 JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+UNION ALL
+SELECT 'ROW SECURITY', rel.name FROM rel WHERE rel.relrowsecurity
+UNION ALL
+SELECT 'POLICY', rel.name || ' ' || pol.polname FROM pg_catalog.pg_policy pol
+JOIN rel ON rel.oid = pol.polrelid
 UNION ALL
 SELECT 'FUNCTION', p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')'
 FROM pg_catalog.pg_proc p
@@ -365,10 +370,13 @@ async def _loading_role(conn: Conn, tables: list[str], sequences: list[str]) -> 
         return None
     role = f"popagent_restore_{uuid.uuid4().hex[:12]}"
     ident = sql.Identifier(role)
+    # BYPASSRLS: a restore loads every resource's rows, as the owner would; row-level
+    # security (migration 0018) is for one resource's requests (store.tenant), and the
+    # right adds nothing a crafted archive could use (no programs, no server files).
     await conn.execute(
         sql.SQL(
             "CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT "
-            "NOREPLICATION NOBYPASSRLS"
+            "NOREPLICATION BYPASSRLS"
         ).format(ident)
     )
     schema = str((await (await conn.execute(CURRENT_SCHEMA)).fetchone() or [""])[0])

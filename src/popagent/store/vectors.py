@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from ..models import Candidate, Vectors
+from .citus import distributed
 from .database import Conn
 from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 from .recall import term_frequencies
@@ -304,8 +306,33 @@ SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
 """
 
 
-def _hnsw_statement(dimensions: int) -> sql.Composed:
-    return sql.SQL(HNSW_NEAREST).format(dims=sql.Literal(dimensions))
+def _for_plan_cache(text: str, limit: int, distributed: bool) -> str:
+    """``text`` with its ``LIMIT``s written in as numbers and, on plain PostgreSQL, the
+    resource id read through ``(SELECT ...)``: as lexical recall's statements
+    (``store.ranked.statement``), so that PostgreSQL keeps one generic plan. With
+    either as a parameter it planned every search afresh (measured: a custom plan
+    on each of 200 recalls, and on every one when a small and a large resource
+    alternate); recall's limits are few, so a statement per limit stays within
+    psycopg's cache of prepared statements. Citus must see the id to route the
+    statement to the resource's shard.
+    """
+    if type(limit) is not int or limit < 1:  # written into the statement: no bools, no text
+        raise ValueError("limit must be a positive integer")
+    if not distributed:
+        text = text.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
+    # Chunks of one memory may fill several rows: the graph search asks for some spare.
+    return text.replace("%(rows)s", str(limit * 2)).replace("%(limit)s", str(limit))
+
+
+@lru_cache(maxsize=64)
+def _exact_statement(limit: int, distributed: bool) -> str:
+    return _for_plan_cache(EXACT_NEAREST, limit, distributed)
+
+
+@lru_cache(maxsize=64)
+def _hnsw_statement(dimensions: int, limit: int, distributed: bool) -> sql.Composed:
+    text = _for_plan_cache(HNSW_NEAREST, limit, distributed)
+    return sql.SQL(text).format(dims=sql.Literal(dimensions))
 
 
 async def nearest(
@@ -328,22 +355,21 @@ async def nearest(
         "resource_id": resource_id,
         "model": model,
         "query": vector_literal(query),
-        "limit": limit,
         "lexemes": list(lexemes),
     }
+    citus = await distributed(conn)
     dimensions = int(query.shape[0])
     if resource_size > EXACT_SEARCH_MAX and dimensions in HNSW_DIMENSIONS:
-        # Chunks of one memory may fill several rows: ask for some spare.
-        params["rows"] = limit * 2
+        # Chunks of one memory may fill several rows: the statement asks for some spare.
         async with conn.transaction():
             await conn.execute(HNSW_SETTINGS, {"ef_search": str(max(HNSW_EF_SEARCH, limit * 2))})
             async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(_hnsw_statement(dimensions), params)
+                await cur.execute(_hnsw_statement(dimensions, limit, citus), params)
                 rows = await cur.fetchall()
         if len(rows) >= limit:
             return _ordered(rows)
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(EXACT_NEAREST, params)
+        await cur.execute(_exact_statement(limit, citus), params)
         return _ordered(await cur.fetchall())
 
 

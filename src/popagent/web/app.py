@@ -24,6 +24,7 @@ from .. import __version__
 from ..access import AllowedHosts, HostGuard
 from ..agent import build_agent
 from ..connection import CONFIGURED, EmbedderChoice, connect
+from ..keys import KeyStore
 from ..llm import ModelSettings, OpenAIChatModel
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
@@ -32,9 +33,11 @@ from ..offload import stop_processes, use_processes
 from ..secrets import SecretCipher, SecretStore
 from ..threads import ThreadStore
 from .api import ROUTERS
+from .api.keys import router as keys_router
 from .config import ServerConfig
 from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
+from .logins import LoginLimits, LoginStore
 from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
 from .scheduler import MaintenanceScheduler
 from .services import Services
@@ -96,8 +99,9 @@ def create_app(
                 )
             if mem.embedder is not None:
                 await mem.warm_up()  # failures are logged once; recall is lexical then
-                mem.watch_vectors(config.resource_id)
-                stack.callback(mem.unwatch_vectors, config.resource_id)
+                if not config.multi_resource:
+                    mem.watch_vectors(config.resource_id)
+                    stack.callback(mem.unwatch_vectors, config.resource_id)
             chat_model = model
             wanted = model_settings
             if chat_model is None and wanted is None and model_from_env:
@@ -123,6 +127,15 @@ def create_app(
                 threads=ThreadStore(mem.pool),
                 settings=MemorySettingsStore(mem.pool),
                 agent=agent,
+                keys=KeyStore(mem.pool),
+                logins=LoginStore(
+                    mem.pool,
+                    LoginLimits(
+                        ttl_s=config.login_ttl_s,
+                        failures=config.login_failures,
+                        window_s=config.login_window_s,
+                    ),
+                ),
                 scheduler=scheduler,
             )
             # Closed first: turns still running finish before their model and pool go.
@@ -142,6 +155,8 @@ def create_app(
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    if config.multi_resource:
+        app.include_router(keys_router)
     app.include_router(gui_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     allowed_hosts = AllowedHosts.for_bind(config.host, config.allowed_hosts)
@@ -149,11 +164,19 @@ def create_app(
     app.add_middleware(
         RequestGuard,
         max_body_bytes=config.max_body_bytes,
-        resource_id=config.resource_id,
+        resource_id="the API key's" if config.multi_resource else config.resource_id,
         allowed_hosts=allowed_hosts,
         body_timeout_s=config.body_timeout_s,
     )
-    app.add_middleware(TokenGate, token=config.token)
+    app.add_middleware(
+        TokenGate,
+        token=config.token,
+        resource_id=config.resource_id,
+        multi_resource=config.multi_resource,
+        key_requests_per_minute=config.key_requests_per_minute,
+        quota_memories=config.quota_memories,
+        quota_bytes=config.quota_bytes,
+    )
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog)

@@ -2,7 +2,8 @@
 
 The resource is fixed here, never by a client: every route reads and writes
 ``resource_id`` only (``popagent-user`` by default), as the spec requires of
-management endpoints.
+management endpoints. In multi-resource mode it is fixed by each request's API
+key instead (docs/server.md).
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ from dataclasses import dataclass
 
 from ..defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RESOURCE
 
+# The login defaults, here so that ``web.config`` stays importable without the driver.
+LOGIN_TTL_S = 12 * 3600.0
+LOGIN_FAILURES = 5
+LOGIN_WINDOW_S = 300.0
+KEY_REQUESTS_PER_MINUTE = 1200
+
 __all__ = [
     "BODY_TIMEOUT_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
+    "KEY_REQUESTS_PER_MINUTE",
     "MAX_BODY_BYTES",
     "ServerConfig",
 ]
@@ -46,3 +54,19 @@ class ServerConfig:
     #: Extra names (``NAME`` or ``NAME:PORT``) the server answers to besides its bind
     #: address (the loopback names on a loopback bind); any other Host gets 421.
     allowed_hosts: tuple[str, ...] = ()
+    #: Multi-resource mode: each request's resource comes from its API key
+    #: (``popagent.keys``); ``resource_id`` is then unused and ``token`` is the
+    #: operator's, which manages keys and reads no memory.
+    multi_resource: bool = False
+    #: Seconds a GUI login lasts.
+    login_ttl_s: float = LOGIN_TTL_S
+    #: Failed logins per client address per ``login_window_s`` before 429.
+    login_failures: int = LOGIN_FAILURES
+    login_window_s: float = LOGIN_WINDOW_S
+    #: Multi-resource mode: requests one key may make per minute (429 past it);
+    #: ``None``: no limit.
+    key_requests_per_minute: int | None = KEY_REQUESTS_PER_MINUTE
+    #: Multi-resource mode: memories, and bytes of their content, one resource may
+    #: store; a write past either gets 429. ``None``: no quota.
+    quota_memories: int | None = None
+    quota_bytes: int | None = None

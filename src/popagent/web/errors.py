@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from ..errors import (
     ConflictError,
@@ -124,6 +125,11 @@ def _validation_message(errors: Sequence[Any]) -> tuple[int, str, str, str | Non
     return 422, "validation_error", message, field
 
 
+#: Paths whose unknown routes get the JSON error body; any other unknown path is a
+#: GUI address and gets the HTML 404 page.
+_JSON_PATHS = ("/api/", "/api", "/openapi.json", "/healthz", "/static/", "/mcp")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map FastAPI's, Starlette's and popagent's errors to the one error body."""
 
@@ -132,8 +138,13 @@ def install_error_handlers(app: FastAPI) -> None:
         status, error, message, field = _validation_message(exc.errors())
         return error_response(status, error, message, field)
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        if exc.status_code == 404 and not request.url.path.startswith(_JSON_PATHS):
+            # A person typed or followed a link to a page that does not exist: a page.
+            from .gui.rendering import error_page  # the GUI imports this module
+
+            return error_page(request, 404, "Not found", "there is no such page")
         name = _HTTP_NAMES.get(exc.status_code, "error")
         response = error_response(exc.status_code, name, str(exc.detail))
         if exc.headers:

@@ -446,6 +446,9 @@ class SettingsOut(BaseModel):
 class ToolCallOut(BaseModel):
     name: str
     outcome: str
+    #: For ``remember``: the tool's answer, what it stored (or why it refused); null for
+    #: other tools, whose answers can be long or private.
+    result: str | None = None
 
 
 class ChatReply(BaseModel):

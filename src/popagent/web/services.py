@@ -8,28 +8,35 @@ Invariants:
   session take turns instead of interleaving their messages.
 - ``agent`` is ``None`` when no model is configured; the chat routes then
   answer 503 with how to configure one, and everything else works.
+- In multi-resource mode ``services(request)`` is a view whose ``resource_id`` is
+  the one of the request's credential (set by the token gate); a request
+  without one (the operator's) gets 403 from any route that asks for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 
 from ..agent import Agent, build_agent
+from ..keys import KeyStore, Principal
 from ..memory.longterm import LongTermMemory
 from ..models import ObservationGroup, ObservationLog
 from ..observe.settings_store import MemorySettingsStore
 from ..observe.state import read_state
 from ..threads import ThreadStore
 from .config import ServerConfig
+from .logins import LoginStore
 from .scheduler import MaintenanceScheduler
 
 # ``build_agent`` lives in ``popagent.agent.builder``; re-exported for old imports.
-__all__ = ["Services", "build_agent", "services"]
+__all__ = ["Services", "build_agent", "principal_of", "services", "shown_resource"]
 
 T = TypeVar("T")
 
@@ -43,6 +50,8 @@ class Services:
     threads: ThreadStore
     settings: MemorySettingsStore
     agent: Agent | None
+    keys: KeyStore
+    logins: LoginStore
     scheduler: MaintenanceScheduler | None = None
     _chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -50,6 +59,15 @@ class Services:
     @property
     def resource_id(self) -> str:
         return self.config.resource_id
+
+    def for_resource(self, resource_id: str) -> Services:
+        """A view of these services for ``resource_id``: the same stores, locks and
+        background tasks (shared objects, not copies)."""
+        if resource_id == self.config.resource_id:
+            return self
+        return dataclasses.replace(
+            self, config=dataclasses.replace(self.config, resource_id=resource_id)
+        )
 
     def chat_lock(self, session_id: str) -> asyncio.Lock:
         """The lock that serializes turns of one session in this process."""
@@ -89,5 +107,28 @@ class Services:
 
 
 def services(request: HTTPConnection) -> Services:
-    """The server's services (set on the app's state at startup)."""
-    return cast(Services, request.app.state.services)
+    """The server's services (set on the app's state at startup), for the request's
+    resource: the server's, or in multi-resource mode the credential's."""
+    svc = cast(Services, request.app.state.services)
+    if not svc.config.multi_resource:
+        return svc
+    principal = principal_of(request)
+    if principal is None or principal.resource_id is None:
+        raise HTTPException(403, "the operator credential manages keys and reads no memory")
+    return svc.for_resource(principal.resource_id)
+
+
+def shown_resource(request: HTTPConnection) -> str:
+    """The resource a page names: the server's, or in multi-resource mode the
+    credential's (empty before a login, and for the operator)."""
+    svc = cast(Services, request.app.state.services)
+    if not svc.config.multi_resource:
+        return svc.resource_id
+    principal = principal_of(request)
+    return "" if principal is None or principal.resource_id is None else principal.resource_id
+
+
+def principal_of(request: HTTPConnection) -> Principal | None:
+    """Who the request is (set by the token gate); ``None`` without a credential."""
+    principal = request.scope.get("state", {}).get("principal")
+    return principal if isinstance(principal, Principal) else None

@@ -35,12 +35,16 @@ from ..errors import DATABASE_UNAVAILABLE, OUTAGE_ERRORS, error_body
 from ..schemas import ChatReply, ChatRequest, ErrorOut
 from ..services import Services, services
 
-__all__ = ["NO_MODEL", "reply_json", "router"]
+__all__ = ["NO_MODEL", "SHOWN_RESULTS", "reply_json", "router"]
 
 NO_MODEL = (
     "no model is configured: set POPAGENT_MODEL (and POPAGENT_MODEL_BASE_URL, "
     "POPAGENT_MODEL_API_KEY) for any OpenAI-compatible endpoint and restart the server"
 )
+
+#: Tools whose answer a reply carries: ``remember`` says what it stored, which the
+#: user should see; other answers (history pages, secrets' names) stay with the model.
+SHOWN_RESULTS = frozenset({"remember"})
 
 log = logging.getLogger("popagent.web")
 
@@ -55,7 +59,14 @@ def reply_json(result: TurnResult) -> dict[str, Any]:
     return {
         "session_id": result.session_id,
         "reply": result.reply,
-        "tool_calls": [{"name": c.name, "outcome": c.outcome} for c in result.tool_calls],
+        "tool_calls": [
+            {
+                "name": c.name,
+                "outcome": c.outcome,
+                "result": c.text if c.name in SHOWN_RESULTS else None,
+            }
+            for c in result.tool_calls
+        ],
         "recalled": [r.to_json() for r in result.recalled],
         "memory_block": result.memory_block,
         "episode_id": result.episode.id if result.episode else None,

@@ -27,7 +27,8 @@ router = APIRouter(tags=["system"])
     summary="Whether the server can reach its database",
 )
 async def healthz(request: Request) -> JSONResponse:
-    s = services(request)
+    # The server's own services: health has no resource (and no credential) in any mode.
+    s: Services = request.app.state.services
     if s.memory.pool.down_since is not None:
         # Known to be away (a lost connection, or the embedded server restarting):
         # say so now rather than after waiting for a connection, and have the pool

@@ -25,6 +25,7 @@ from . import (
     login,
     pages_chat,
     pages_cleanup,
+    pages_docs,
     pages_facts,
     pages_memories,
     pages_recall,
@@ -45,6 +46,7 @@ ROUTERS = (
     pages_settings.router,
     pages_sessions.router,
     pages_chat.router,
+    pages_docs.router,
     login.router,
 )
 

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from ...memory.purge import count_resource_rows
 from ...models import Kind, MemoryFilter
+from ...store.tenant import bypass
 from ..services import services
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
@@ -126,7 +127,8 @@ async def purge(request: Request) -> Response:
             "Not confirmed",
             "confirm_resource: type the resource ID exactly to confirm the purge",
         )
-    report = await s.memory.purge(s.resource_id)
+    with bypass("purge"):  # the owner's connection: VACUUM needs it (store.tenant)
+        report = await s.memory.purge(s.resource_id)
     return redirect("/", notice="purge", n=report.total)
 
 

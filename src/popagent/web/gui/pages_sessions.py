@@ -59,11 +59,20 @@ async def list_sessions(request: Request) -> Response:
     offset = _number(request.query_params.get("offset"), 10_000_000) or 0
     rows = await s.threads.list_sessions(s.resource_id, limit=SESSIONS_PER_PAGE + 1, offset=offset)
     more = len(rows) > SESSIONS_PER_PAGE
+    shown = rows[:SESSIONS_PER_PAGE]
+    previews: dict[str, str] = {}
+    for session in shown:  # an untitled session is named by its first user message
+        if not session.title:
+            first = await s.threads.list_messages(s.resource_id, session.session_id, limit=5)
+            text = next((m.content for m in first if m.role == "user" and m.content.strip()), "")
+            if text:
+                previews[session.session_id] = text
     return page(
         request,
         "sessions.html",
         active="sessions",
-        sessions=rows[:SESSIONS_PER_PAGE],
+        sessions=shown,
+        previews=previews,
         next_offset=offset + SESSIONS_PER_PAGE if more else None,
         previous_offset=max(offset - SESSIONS_PER_PAGE, 0) if offset else None,
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -29,7 +29,7 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
-from ..services import services
+from ..services import Services, shown_resource
 from .forms import CSRF_COOKIE, csrf_cookie, new_csrf_token
 
 __all__ = ["TEMPLATES_DIR", "error_page", "notice_of", "page", "redirect"]
@@ -45,16 +45,16 @@ NOTICES = {
     "fact-purged": "Fact and its history deleted.",
     "fact-restored": "Version {version} restored.",
     "episode-deleted": "Episode deleted.",
-    "cleanup": "Cleanup done: {n} memories deleted.",
-    "purge": "Purge done: {n} rows deleted; nothing of this resource remains.",
-    "maintenance": "Maintenance done: {expired} expired and {capped} over-cap episodes deleted, "
-    "{facts} expired facts ended.",
+    "cleanup": "Cleanup done: {n:memory/memories} deleted.",
+    "purge": "Purge done: {n:row/rows} deleted; nothing of this resource remains.",
+    "maintenance": "Maintenance done: {expired:expired episode/expired episodes} and "
+    "{capped:over-cap episode/over-cap episodes} deleted, {facts:expired fact/expired facts} ended.",
     "settings-saved": "Settings saved (version {version}). They apply from the next turn.",
     "settings-unchanged": "Nothing changed: every value was already set.",
     "session-renamed": "Session renamed.",
     "session-deleted": "Session deleted; its long-term memories stay.",
-    "session-reverted": "Session's writes reverted: {restored} facts restored, {deleted} "
-    "memories deleted, {skipped} skipped.",
+    "session-reverted": "Session's writes reverted: {restored:fact/facts} restored, "
+    "{deleted:memory/memories} deleted, {skipped:write/writes} skipped.",
     "logged-out": "Logged out.",
 }
 
@@ -63,6 +63,13 @@ def _when(value: datetime | None) -> str:
     if value is None:
         return "never"
     return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _when_short(value: datetime | None) -> str:
+    """To the minute, for a table cell (the full time is in the ``<time>`` element)."""
+    if value is None:
+        return "never"
+    return value.strftime("%Y-%m-%d %H:%M")
 
 
 def _past(value: datetime | None) -> bool:
@@ -119,6 +126,7 @@ _env = Environment(
     auto_reload=False,  # the templates ship with the package; no stat() per render
 )
 _env.filters["when"] = _when
+_env.filters["when_short"] = _when_short
 _env.filters["path"] = _path
 _env.filters["past"] = _past
 _env.filters["query"] = _query
@@ -133,25 +141,39 @@ def notice_of(request: Request) -> str | None:
     numbers = {}
     for name in ("n", "expired", "capped", "facts", "version", "restored", "deleted", "skipped"):
         raw = request.query_params.get(name, "")
-        numbers[name] = f"{int(raw):,}" if raw.isdigit() and len(raw) < 19 else "?"
+        numbers[name] = _Count(int(raw)) if raw.isdigit() and len(raw) < 19 else _Count(None)
     return template.format(**numbers)
+
+
+class _Count:
+    """A notice's number; ``{n:memory/memories}`` formats as ``1 memory``, ``3 memories``."""
+
+    def __init__(self, value: int | None) -> None:
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        number = "?" if self.value is None else f"{self.value:,}"
+        if "/" not in spec:
+            return number
+        one, many = spec.split("/", 1)
+        return f"{number} {one if self.value == 1 else many}"
 
 
 def page(
     request: Request, template: str, *, active: str = "", status_code: int = 200, **context: Any
 ) -> HTMLResponse:
     """Render ``template`` with the shared header context; set the CSRF cookie when missing."""
-    s = services(request)
+    s = cast(Services, request.app.state.services)
     token = csrf_cookie(request)
     fresh = token is None
     if token is None:
         token = new_csrf_token()
     context.setdefault("notice", notice_of(request))
     html = _env.get_template(template).render(
-        resource_id=s.resource_id,
+        resource_id=shown_resource(request),
         csrf_token=token,
         active=active,
-        token_configured=s.config.token is not None,
+        token_configured=s.config.token is not None or s.config.multi_resource,
         **context,
     )
     response = HTMLResponse(html, status_code=status_code)

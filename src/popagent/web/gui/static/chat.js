@@ -38,7 +38,7 @@
 
   function readable(status, body) {
     const message = body && body.message ? body.message : "the server answered " + status;
-    if (status === 503) return "No model is available. " + message;
+    if (status === 503) return message.charAt(0).toUpperCase() + message.slice(1);
     if (status === 502) return "The model failed, so there is no reply. " + message;
     if (status === 401) return "Your login has expired; reload the page to log in again.";
     if (status === 422) return "The message was refused: " + message;
@@ -49,7 +49,8 @@
     toolCalls.replaceChildren();
     for (const call of done.tool_calls || []) {
       const li = document.createElement("li");
-      li.textContent = call.name + " (" + call.outcome + ")";
+      // remember's answer says what it stored (or why not): show it, not only "ok".
+      li.textContent = call.result ? call.name + ": " + call.result : call.name + " (" + call.outcome + ")";
       toolCalls.appendChild(li);
     }
     if (!toolCalls.children.length) {
