@@ -158,6 +158,20 @@ async def test_statement_ranks_as_the_python_ranking(
     assert compared > 300  # the queries do find things: the comparison is not vacuous
 
 
+async def test_a_period_thousands_of_half_lives_away_ranks_and_does_not_fail(
+    memory: LongTermMemory, corpus: str
+) -> None:
+    """A one-day period years before every memory decays past the smallest double: the
+    statement failed with PostgreSQL's "value out of range: underflow"; the decay now
+    stops at ``HALF_LIVES_CAP`` in SQL and in Python alike."""
+    for query in ("what did we bake on 3 March 2020?", "bread in summer 1144"):
+        assert query_window(query, NOW) is not None, query
+        expected = await reference(memory, corpus, query, 8)
+        got = await memory.recall(corpus, query, limit=8, now=NOW, touch=False)
+        assert got, query
+        assert_same(expected, got, query)
+
+
 async def test_the_expired_fact_and_the_other_resource_never_come_back(
     memory: LongTermMemory, corpus: str, other_resource: str
 ) -> None:

@@ -81,7 +81,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from ..models import Candidate, CorpusStats, Memory, RecallResult, ScoreComponent
-from .temporal import TimeWindow, time_score
+from .temporal import HALF_LIVES_CAP, TimeWindow, time_score
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -268,7 +268,7 @@ def recency_score(updated_at: datetime, now: datetime, half_life_days: float) ->
     age_days = (now - updated_at).total_seconds() / 86_400.0
     if age_days <= 0:
         return 1.0
-    return float(0.5 ** (age_days / half_life_days))
+    return float(0.5 ** min(age_days / half_life_days, HALF_LIVES_CAP))
 
 
 #: One signal before it becomes a ``ScoreComponent``: (name, value, weight). Ranking

@@ -32,7 +32,13 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["TimeWindow", "query_window", "time_score"]
+#: Decays stop at this many half-lives (0.5 ** 1000 is about 9e-302): PostgreSQL's
+#: ``power()`` raises an underflow error below the smallest double where Python
+#: returns 0, and the SQL and Python rankings must agree (``store.ranked``). Without
+#: it "what happened on 3 March 2020?" (a one-day scale, 2,000 days away) failed.
+HALF_LIVES_CAP = 1000.0
+
+__all__ = ["HALF_LIVES_CAP", "TimeWindow", "query_window", "time_score"]
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
@@ -70,7 +76,7 @@ def time_score(when: datetime, window: TimeWindow) -> float:
         return 1.0
     gap = (window.start - when) if when < window.start else (when - window.end)
     scale = max(window.days, 1.0)
-    return float(0.5 ** (gap.total_seconds() / 86_400.0 / scale))
+    return float(0.5 ** min(gap.total_seconds() / 86_400.0 / scale, HALF_LIVES_CAP))
 
 
 def _day(moment: datetime) -> datetime:

@@ -164,8 +164,10 @@ WITH q AS MATERIALIZED (
            END AS trigram_signal,
            CASE
                WHEN s.updated_at >= %(now)s THEN 1.0::float8
-               ELSE power(0.5::float8, extract(epoch FROM %(now)s - s.updated_at)::float8
-                                       / 86400.0 / %(half_life_days)s)
+               -- least(): PostgreSQL's power() raises an underflow error below the
+               -- smallest double instead of returning 0 (memory.temporal.HALF_LIVES_CAP).
+               ELSE power(0.5::float8, least(extract(epoch FROM %(now)s - s.updated_at)::float8
+                                             / 86400.0 / %(half_life_days)s, 1000.0))
            END AS recency_signal,
            CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END AS fact_signal,
            CASE
@@ -174,10 +176,11 @@ WITH q AS MATERIALIZED (
                    THEN 1.0::float8
                WHEN s.created_at < %(window_start)s
                    THEN power(0.5::float8,
-                              extract(epoch FROM %(window_start)s - s.created_at)::float8
-                              / 86400.0 / %(window_scale)s)
-               ELSE power(0.5::float8, extract(epoch FROM s.created_at - %(window_end)s)::float8
-                                       / 86400.0 / %(window_scale)s)
+                              least(extract(epoch FROM %(window_start)s - s.created_at)::float8
+                                    / 86400.0 / %(window_scale)s, 1000.0))
+               ELSE power(0.5::float8,
+                          least(extract(epoch FROM s.created_at - %(window_end)s)::float8
+                                / 86400.0 / %(window_scale)s, 1000.0))
            END AS time_signal
     FROM signals s
     CROSS JOIN totals t
