@@ -8,7 +8,8 @@ Pages: ``/`` memory browser and ``/memories/{id}`` (``pages_memories``), fact
 and episode writes (``pages_facts``), cleanup and maintenance
 (``pages_cleanup``), ``/recall`` (``pages_recall``), ``/settings``
 (``pages_settings``), ``/sessions`` (``pages_sessions``), ``/chat``
-(``pages_chat``), ``/login`` (``login``). Shared: ``forms`` (CSRF, strict form
+(``pages_chat``), ``/keys`` (``pages_keys``, an admin key's keys in
+multi-resource mode), ``/login`` (``login``). Shared: ``forms`` (CSRF, strict form
 bodies), ``rendering`` (templates, notices), ``routing`` (error pages).
 
 Invariants:
@@ -27,6 +28,7 @@ from . import (
     pages_cleanup,
     pages_docs,
     pages_facts,
+    pages_keys,
     pages_memories,
     pages_recall,
     pages_sessions,
@@ -47,6 +49,7 @@ ROUTERS = (
     pages_sessions.router,
     pages_chat.router,
     pages_docs.router,
+    pages_keys.router,
     login.router,
 )
 

@@ -29,7 +29,7 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
-from ..services import Services, shown_resource
+from ..services import Services, principal_of, shown_resource
 from .forms import CSRF_COOKIE, csrf_cookie, new_csrf_token
 
 __all__ = ["TEMPLATES_DIR", "error_page", "notice_of", "page", "redirect"]
@@ -56,6 +56,7 @@ NOTICES = {
     "session-reverted": "Session's writes reverted: {restored:fact/facts} restored, "
     "{deleted:memory/memories} deleted, {skipped:write/writes} skipped.",
     "logged-out": "Logged out.",
+    "key-revoked": "Key revoked: it is refused from now on, and its logins have ended.",
 }
 
 
@@ -174,12 +175,21 @@ def page(
         csrf_token=token,
         active=active,
         token_configured=s.config.token is not None or s.config.multi_resource,
+        manages_keys=_manages_keys(request, s),
         **context,
     )
     response = HTMLResponse(html, status_code=status_code)
     if fresh:
         response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", path="/")
     return response
+
+
+def _manages_keys(request: Request, s: Services) -> bool:
+    """Whether the nav links ``/keys``: a login with an admin key, multi-resource mode."""
+    if not s.config.multi_resource:
+        return False
+    principal = principal_of(request)
+    return principal is not None and principal.resource_id is not None and principal.allows("admin")
 
 
 def error_page(request: Request, status_code: int, title: str, message: str) -> HTMLResponse:
