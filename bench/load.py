@@ -46,21 +46,26 @@ worker count (the recall scenarios), to show how throughput scales.
     python bench/load.py [--requests N] [--clients 50] [--rates 50,100,200,300]
                          [--baseline PATH] [--workers 1,2] [--json PATH]
     python bench/load.py --burst [--burst-size 1000] [--baseline PATH] [--json PATH]
-    python bench/load.py --tenants [--tenant-requests 300] [--key-rate 600] [--clients 50]
+    python bench/load.py --tenants [--tenant-requests 300] [--quiet-rate 5] [--key-rate 600]
+                         [--clients 50]
 
 5. ``--tenants``, instead of the above: multi-resource mode (``serve
-   --multi-resource``), two resources with a key each. The quiet key's recall
-   previews (one client) are measured on an idle server, then while the noisy
-   key's clients send creates and recalls back to back: without a per-key
-   rate limit, and with ``--key-rate`` (the noisy key's excess gets 429 at
-   once). Printed: requests, errors, 429s, p50/p95/max, and the quiet key's p95
-   against its idle p95 (aim: within 2x).
+   --multi-resource``), two resources with a key each. The quiet key is a paced
+   client: ``--quiet-rate`` recall previews a second (well under its limit, so
+   it is never limited itself; latency counts from when a request was due). It
+   is measured on an idle server, then while the noisy key's clients send
+   creates and recalls back to back: without a per-key rate limit, and with
+   ``--key-rate`` (a token bucket: the noisy key's burst of ``BURST_SECONDS``
+   of its rate passes, then its excess gets 429 at once). Printed per key:
+   requests, errors, 429s, p50/p95/max, and the quiet key's p95 against its
+   idle p95 under the same limit setting (aim: within 2x).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -108,6 +113,8 @@ class Connection:
         self.key = key
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        #: The last response's Retry-After seconds (0 when it had none).
+        self.retry_after = 0.0
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         if self.writer is None:
@@ -122,10 +129,13 @@ class Connection:
         status_line = await self.reader.readline()
         status = int(status_line.split()[1])
         length = 0
+        self.retry_after = 0.0
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
             if name.lower() == b"content-length":
                 length = int(value)
+            elif name.lower() == b"retry-after":
+                self.retry_after = float(value)
         return status, await self.reader.readexactly(length)
 
     def close(self) -> None:
@@ -201,16 +211,21 @@ async def closed_loop(
 
 
 async def paced(
-    port: int, clients: int, requests: list[Request], rate: float, limit_s: float
+    port: int,
+    clients: int,
+    requests: list[Request],
+    rate: float,
+    limit_s: float,
+    key: str | None = None,
 ) -> tuple[Tally, float]:
     """Request ``j`` is due at ``start + j / rate`` and sent by client ``j % clients``;
-    its latency counts from when it was due."""
+    its latency counts from when it was due (with ``key``: as that API key)."""
     tally = Tally()
     start = time.perf_counter() + 0.05
     deadline = start + limit_s
 
     async def client(k: int) -> None:
-        conn = Connection(port)
+        conn = Connection(port, key)
         try:
             for j in range(k, len(requests), clients):
                 due = start + j / rate
@@ -643,15 +658,17 @@ async def load_tenants(url: str) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-async def tenant_keys(url: str, name: str) -> tuple[str, str]:
-    """A fresh write key of each tenant (fresh: a key's rate window starts empty):
-    the quiet tenant's, then the noisy one's."""
+async def tenant_keys(url: str, name: str) -> tuple[str, str, str]:
+    """Fresh write keys (fresh: a key's rate bucket starts full): the quiet tenant's,
+    the noisy one's, and another of the quiet tenant's to warm the server up with
+    (so the measured keys' buckets are untouched)."""
     from popagent.keys import KeyStore
 
     async with popagent.connect(url, max_size=2, embedder=None) as memory:
         store = KeyStore(memory.pool)
         quiet, noisy = [(await store.create(t, name, "write"))[1] for t in TENANTS]
-    return quiet, noisy
+        warm = (await store.create(TENANTS[0], f"{name}-warm", "write"))[1]
+    return quiet, noisy, warm
 
 
 def tenant_row(key_rate: str, name: str, tally: Tally, idle_p95: float | None) -> dict[str, Any]:
@@ -672,17 +689,30 @@ def tenant_row(key_rate: str, name: str, tally: Tally, idle_p95: float | None) -
 
 
 async def quiet_during(
-    port: int, quiet: str, noisy: str, n: int, clients: int, limit_s: float, seed: str
+    port: int,
+    quiet: str,
+    noisy: str,
+    n: int,
+    rate: float,
+    clients: int,
+    limit_s: float,
+    seed: str,
+    honor: bool = False,
 ) -> tuple[Tally, Tally]:
-    """The quiet key's recalls, one client, while the noisy key's ``clients`` send
-    creates and recalls back to back; both until the quiet key's ``n`` are done."""
+    """The quiet key's recalls, paced at ``rate`` a second, while the noisy key's
+    ``clients`` send creates and recalls back to back; the noise starts half a
+    second before and lasts until the quiet key's ``n`` are done. With ``honor``, a
+    noisy client that gets 429 waits its Retry-After before its next request."""
     stop = asyncio.Event()
 
     async def noise() -> Tally:
         tally = Tally()
-        reads, writes = recall_requests(n * 10), create_requests(n * 10, seed)
+        # Enough distinct facts for the whole burst (a repeated one is refused).
+        reads, writes = recall_requests(n * 100), create_requests(n * 100, seed)
         mixed = [w if i % 2 else r for i, (r, w) in enumerate(zip(reads, writes, strict=True))]
-        cursor = iter(mixed)
+        # Round and round until the quiet key is done: the burst lasts its whole
+        # measurement (refused requests come back fast and would end it early).
+        cursor = itertools.cycle(mixed)
 
         async def client() -> None:
             conn = Connection(port, noisy)
@@ -691,6 +721,8 @@ async def quiet_during(
                     if stop.is_set():
                         return
                     conn = await exchange(conn, request, tally, time.perf_counter())
+                    if honor and conn.retry_after:
+                        await asyncio.sleep(conn.retry_after)
             finally:
                 conn.close()
 
@@ -699,7 +731,7 @@ async def quiet_during(
 
     noisy_task = asyncio.ensure_future(noise())
     await asyncio.sleep(0.5)  # the burst is under way
-    quiet_tally, _ = await closed_loop(port, 1, recall_requests(n), limit_s, quiet)
+    quiet_tally, _ = await paced(port, 2, recall_requests(n), rate, limit_s, quiet)
     stop.set()
     return quiet_tally, await noisy_task
 
@@ -709,7 +741,7 @@ def tenant_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict
     rows: list[dict[str, Any]] = []
     for key_rate in (0, args.key_rate):
         shown = "off" if key_rate == 0 else f"{key_rate}/min"
-        quiet, noisy = asyncio.run(tenant_keys(url, f"bench-{key_rate}"))
+        quiet, noisy, warm = asyncio.run(tenant_keys(url, f"bench-{key_rate}"))
         port = free_port()
         command = [
             sys.executable, "-m", "popagent.cli", "serve", "--multi-resource",
@@ -721,17 +753,35 @@ def tenant_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict
         try:
             wait_healthy(port, process, log)
             n = args.tenant_requests
-            asyncio.run(closed_loop(port, 10, recall_requests(100), 60, quiet))  # warm up
-            idle, _ = asyncio.run(closed_loop(port, 1, recall_requests(n), args.limit_s, quiet))
+            asyncio.run(closed_loop(port, 10, recall_requests(100), 60, warm))  # warm up
+            rate = args.quiet_rate
+            idle, _ = asyncio.run(paced(port, 2, recall_requests(n), rate, args.limit_s, quiet))
             idle_p95 = pct(idle.latencies_ms, 95)
-            rows.append(tenant_row(shown, "quiet key, idle server", idle, idle_p95))
-            during, burst = asyncio.run(
-                quiet_during(port, quiet, noisy, n, args.clients, args.limit_s, f"noisy-{key_rate}")
-            )
-            rows.append(tenant_row(shown, "quiet key, during the burst", during, idle_p95))
-            rows.append(
-                tenant_row(shown, f"noisy key, {args.clients} clients (burst)", burst, None)
-            )
+            rows.append(tenant_row(shown, f"quiet key, {rate:g}/s, idle server", idle, idle_p95))
+            # Without a limit Retry-After never comes, so one burst; with one, a noisy
+            # client that ignores it (hammers on) and one that waits it out.
+            for honor in (False, True) if key_rate else (False,):
+                if honor:  # fresh keys: full buckets, as for the first burst
+                    quiet, noisy, _ = asyncio.run(tenant_keys(url, f"bench-{key_rate}-honor"))
+                seed = f"noisy-{key_rate}-{honor}"
+                during, burst = asyncio.run(
+                    quiet_during(
+                        port, quiet, noisy, n, rate, args.clients, args.limit_s, seed, honor
+                    )
+                )
+                how = (
+                    ", waits Retry-After"
+                    if honor
+                    else (", ignores Retry-After" if key_rate else "")
+                )
+                rows.append(
+                    tenant_row(
+                        shown, f"quiet key, {rate:g}/s, during the burst{how}", during, idle_p95
+                    )
+                )
+                rows.append(
+                    tenant_row(shown, f"noisy key, {args.clients} clients{how}", burst, None)
+                )
             print(f"  tenants, key rate {shown}: done", file=sys.stderr)
         finally:
             process.terminate()
@@ -771,7 +821,12 @@ def main() -> None:
     )
     parser.add_argument("--tenant-requests", type=int, default=300, help="the quiet key's recalls")
     parser.add_argument("--key-rate", type=int, default=600, help="per-key requests/minute")
+    parser.add_argument(
+        "--quiet-rate", type=float, default=5.0, help="the quiet key's paced requests/second"
+    )
     args = parser.parse_args()
+    if args.tenants and args.key_rate and args.quiet_rate * 60 > args.key_rate / 2:
+        parser.error("--quiet-rate must stay well under --key-rate (at most half of it)")
     args.rates = [float(r) for r in args.rates.split(",") if r]
     worker_counts = [int(w) for w in args.workers.split(",") if w]
     rows: list[dict[str, Any]] = []
@@ -785,7 +840,8 @@ def main() -> None:
                 rows = tenant_scenarios(args, url, Path(tmp))
                 table(
                     f"Two tenants, serve --multi-resource --workers 1: the quiet key's recall "
-                    f"previews (1 client) idle and while the noisy key's {args.clients} clients "
+                    f"previews (paced, {args.quiet_rate:g}/s) idle and while the noisy key's "
+                    f"{args.clients} clients "
                     f"send creates and recalls back to back; each resource "
                     f"{TENANT_MEMORIES:,} episodes; latency in ms (aim: p95_vs_idle <= 2x)",
                     TENANT_COLUMNS,

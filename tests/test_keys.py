@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import popagent
 from popagent.cli import main
-from popagent.keys import KeyStore, hash_secret, looks_like_key
+from popagent.keys import KeyStore, RateLimit, hash_secret, looks_like_key
 from popagent.models import Session
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
@@ -317,19 +317,21 @@ async def test_mcp_http_takes_the_resource_from_the_key(
     assert await memory.list_facts("unused-resource") == []
 
 
-async def test_per_key_rate_and_storage_quota(
+async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
+    """60 requests a minute: a bucket of 10 (``BURST_SECONDS`` of the rate) that
+    refills one token a second, spent from both server apps (each its own pool and
+    event loop, as ``serve --workers``'s processes). A burst gets exactly the bucket,
+    the rest 429 with a Retry-After after which a request succeeds; another key's
+    bucket is untouched."""
     one, two = f"res-{uuid.uuid4().hex}", f"res-{uuid.uuid4().hex}"
     store = KeyStore(memory.pool)
-    _, busy = await store.create(one, "busy", "write")
+    busy_row, busy = await store.create(one, "busy", "write")
     _, quiet = await store.create(two, "quiet", "write")
+    assert RateLimit.of(60) == RateLimit(60, 10)
     config = ServerConfig(
-        maintenance_interval_s=None,
-        multi_resource=True,
-        key_requests_per_minute=8,
-        quota_memories=3,
-        quota_bytes=10_000,
+        maintenance_interval_s=None, multi_resource=True, key_requests_per_minute=60
     )
     with ExitStack() as stack:
         first, second = (
@@ -341,34 +343,95 @@ async def test_per_key_rate_and_storage_quota(
             for _ in range(2)
         )
         async with httpx.AsyncClient(base_url=first) as a, httpx.AsyncClient(base_url=second) as b:
-            # Eight requests a minute, counted across both processes.
-            for n in range(8):
-                client = a if n % 2 else b
-                assert (await client.get("/api/facts", headers=bearer(busy))).status_code == 200
-            limited = await a.get("/api/facts", headers=bearer(busy))
-            assert limited.status_code == 429
+            # Warm both apps' pools, so that the burst below takes well under a second.
+            for client in (a, b):
+                assert (await client.get("/healthz")).status_code == 200
+            began = asyncio.get_running_loop().time()
+            burst = await asyncio.gather(
+                *((a if n % 2 else b).get("/api/facts", headers=bearer(busy)) for n in range(16))
+            )
+            took = asyncio.get_running_loop().time() - began
+            statuses = sorted(r.status_code for r in burst)
+            # The bucket's 10, plus at most the tokens that refilled during the burst.
+            allowed = statuses.count(200)
+            assert 10 <= allowed <= 10 + int(took), (statuses, took)
+            assert statuses == [200] * allowed + [429] * (16 - allowed)
+            limited = next(r for r in burst if r.status_code == 429)
             assert limited.json()["error"] == "rate_limited"
-            assert 1 <= int(limited.headers["retry-after"]) <= 60
-            # Another key is not slowed by it.
-            assert (await b.get("/api/facts", headers=bearer(quiet))).status_code == 200
-            # Storage: three memories, then the fourth write is refused, nothing written.
+            assert "60 requests a minute, in bursts of up to 10" in limited.json()["message"]
+            retry_after = int(limited.headers["retry-after"])
+            assert retry_after == 1  # less than a token is missing, at one token a second
+            # Another key's bucket is full: its own burst is not refused.
+            others = await asyncio.gather(
+                *((b if n % 2 else a).get("/api/facts", headers=bearer(quiet)) for n in range(10))
+            )
+            assert [r.status_code for r in others] == [200] * 10
+            # Still empty now; after Retry-After seconds, one token has refilled.
+            assert (await a.get("/api/facts", headers=bearer(busy))).status_code == 429
+            await asyncio.sleep(retry_after)
+            assert (await b.get("/api/facts", headers=bearer(busy))).status_code == 200
+            again = await a.get("/api/facts", headers=bearer(busy))
+            assert again.status_code == 429 and again.headers["retry-after"] == "1"
+    [listed] = [k for k in await store.list_keys(one) if k.id == busy_row.id]
+    assert listed.use_count == 16 + 3  # a refused request is still a use of the key
+    refused = [e for e in await store.audit(200, resource_id=one) if e["reason"] == "rate_limited"]
+    assert len(refused) == 16 - allowed + 2
+    assert _rows(
+        database_url,
+        "SELECT rate_tokens < 1 AND rate_at IS NOT NULL FROM popagent_api_keys WHERE id = %s",
+        busy_row.id,
+    ) == [(True,)]
+
+
+async def test_storage_quota_counts_memories_from_the_statistics(
+    database_url: str, memory: popagent.LongTermMemory
+) -> None:
+    """The memory quota reads the resource's count from recall's statistics (one row,
+    whatever the resource's size), across both server apps; a write past it is refused
+    with nothing written, and a delete makes room. The byte quota refuses too."""
+    one, two = f"res-{uuid.uuid4().hex}", f"res-{uuid.uuid4().hex}"
+    store = KeyStore(memory.pool)
+    _, small = await store.create(one, "small", "write")
+    _, large = await store.create(two, "large", "write")
+    config = ServerConfig(
+        maintenance_interval_s=None, multi_resource=True, quota_memories=3, quota_bytes=40
+    )
+    with ExitStack() as stack:
+        first, second = (
+            stack.enter_context(
+                uvicorn_server(
+                    config, database_url=database_url, model_from_env=False, embedder=None
+                )
+            )
+            for _ in range(2)
+        )
+        async with httpx.AsyncClient(base_url=first) as a, httpx.AsyncClient(base_url=second) as b:
             for n in range(3):
                 made = await b.post(
-                    "/api/facts", json={"content": f"fact {n}"}, headers=bearer(quiet)
+                    "/api/facts", json={"content": f"fact {n}"}, headers=bearer(small)
                 )
                 assert made.status_code == 201, made.text
-            full = await a.post("/api/facts", json={"content": "one more"}, headers=bearer(quiet))
+            assert await store.memories(one) == 3 and await store.content_bytes(one) == 18
+            full = await a.post("/api/facts", json={"content": "one more"}, headers=bearer(small))
             assert full.status_code == 429 and full.json()["error"] == "quota_exceeded"
             assert "quota is 3" in full.json()["message"] and full.headers["retry-after"]
-            assert len(await memory.list_facts(two)) == 3
+            assert len(await memory.list_facts(one)) == 3
             # Deleting makes room (a delete is never refused by the quota).
-            fact = (await memory.list_facts(two))[0]
-            gone = await a.delete(f"/api/facts/{fact.id}", headers=bearer(quiet))
+            fact = (await memory.list_facts(one))[0]
+            gone = await a.delete(f"/api/facts/{fact.id}", headers=bearer(small))
             assert gone.status_code in (200, 204), gone.text
-            again = await a.post("/api/facts", json={"content": "fits now"}, headers=bearer(quiet))
+            assert await store.memories(one) == 2
+            again = await b.post("/api/facts", json={"content": "fits now"}, headers=bearer(small))
             assert again.status_code == 201
+            # 40 bytes: one memory of 41 fits (the check is before the write), the next not.
+            big = await a.post("/api/facts", json={"content": "x" * 41}, headers=bearer(large))
+            assert big.status_code == 201, big.text
+            over = await b.post("/api/facts", json={"content": "y"}, headers=bearer(large))
+            assert over.status_code == 429 and "41 bytes" in over.json()["message"]
+            assert await store.memories(two) == 1
     reasons = {(e["resource_id"], e["reason"]) for e in await store.audit(100)}
-    assert (one, "rate_limited") in reasons and (two, "quota") in reasons
+    assert (one, "quota") in reasons and (two, "quota") in reasons
+    assert await store.memories(f"res-{uuid.uuid4().hex}") == 0
 
 
 async def test_revocation_is_immediate_across_serve_workers(
@@ -400,5 +463,40 @@ async def test_revocation_is_immediate_across_serve_workers(
         assert await statuses(24) == [401] * 24
         [listed] = await store.list_keys(resource, include_revoked=True)
         assert listed.use_count == 24  # the refused requests are not uses
+    finally:
+        serve.stop()
+
+
+async def test_rate_bucket_is_shared_by_serve_workers(
+    tmp_path: Path, database_url: str, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    """A real ``popagent serve --multi-resource --workers 2 --key-rate 60``: a burst
+    over fresh connections (spread over both workers by the kernel) gets the one
+    bucket of 10, not 10 per process."""
+    store = KeyStore(memory.pool)
+    _, key = await store.create(resource, "bucket", "write")
+    env = clean_env(tmp_path, POPAGENT_DATABASE_URL=database_url, POPAGENT_EMBEDDER="none")
+    serve = ServeProcess(
+        tmp_path / "data",
+        tmp_path,
+        env=env,
+        args=["--workers", "2", "--multi-resource", "--key-rate", "60"],
+    )
+    serve.start(timeout_s=120)
+    try:
+        root = psutil.Process(serve.process.pid if serve.process else 0)
+        wait_for(lambda: len(root.children()) >= 2, 60, "two workers")
+
+        async def one() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=serve.base_url, timeout=30) as c:
+                return await c.get("/api/facts", headers=bearer(key))
+
+        began = asyncio.get_running_loop().time()
+        burst = await asyncio.gather(*(one() for _ in range(30)))
+        took = asyncio.get_running_loop().time() - began
+        allowed = sum(r.status_code == 200 for r in burst)
+        assert 10 <= allowed <= 10 + int(took), (allowed, took)
+        assert all(r.status_code in (200, 429) for r in burst)
+        assert all(r.headers["retry-after"] == "1" for r in burst if r.status_code == 429)
     finally:
         serve.stop()

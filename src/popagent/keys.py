@@ -18,11 +18,15 @@ Invariants:
   key is refused by the next request, in every server process.
 - Creation, revocation and refusals are written to ``popagent_access_audit``;
   uses are counted on the key's row. Neither holds memory content.
+- The per-key request rate is a token bucket on the key's row (``RateLimit``,
+  migration 0019), spent by the same statement that authenticates the key: one
+  UPDATE per request, shared by every server process.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 from dataclasses import dataclass
@@ -37,12 +41,14 @@ from .store import keys as sql
 from .store.database import Pool
 
 __all__ = [
+    "BURST_SECONDS",
     "KEY_PREFIX",
     "PREFIX_CHARS",
     "SCOPES",
     "ApiKey",
     "KeyStore",
     "Principal",
+    "RateLimit",
     "Scope",
     "hash_secret",
     "looks_like_key",
@@ -55,6 +61,8 @@ SCOPES: tuple[Scope, ...] = ("read", "write", "admin")
 KEY_PREFIX = "pak_"
 #: How much of a key is stored in clear, to tell keys apart in a list.
 PREFIX_CHARS = 12
+#: A key's bucket holds this many seconds of its rate: the burst it may send at once.
+BURST_SECONDS = 10
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,99}")
 _KEY = re.compile(r"pak_[A-Za-z0-9_-]{43}")
 
@@ -73,6 +81,33 @@ def hash_secret(value: str) -> bytes:
 def looks_like_key(value: str) -> bool:
     """Whether ``value`` has the shape of an API key (not whether it is one)."""
     return _KEY.fullmatch(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A key's request rate as a token bucket: it holds at most ``burst`` tokens,
+    refills at ``per_minute / 60`` tokens a second, and each request takes one. A
+    key may send ``burst`` requests at once, then ``per_minute`` a minute; a request
+    that finds less than one token gets 429 with the seconds until one is there."""
+
+    per_minute: int
+    burst: int
+
+    @classmethod
+    def of(cls, per_minute: int, burst: int | None = None) -> RateLimit:
+        """The limit of ``per_minute`` requests a minute, with a bucket of ``burst``
+        (default: ``BURST_SECONDS`` of the rate, at least 1)."""
+        if per_minute < 1:
+            raise ValidationError("key_rate", f"must be at least 1 a minute, not {per_minute}")
+        if burst is None:
+            burst = max(1, math.ceil(per_minute * BURST_SECONDS / 60))
+        if burst < 1:
+            raise ValidationError("key_burst", f"must be at least 1, not {burst}")
+        return cls(per_minute, burst)
+
+    @property
+    def per_second(self) -> float:
+        return self.per_minute / 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +149,9 @@ class Principal:
     resource_id: str | None
     scope: str
     key_id: int | None = None
-    #: Requests of this key in its current one-minute window (this one included),
-    #: and seconds until that window ends: for the per-key rate limit.
-    window_count: int = 0
-    window_left_s: float = 0.0
+    #: Set when the key's bucket had no token for this request (``RateLimit``): the
+    #: seconds until it has one. ``None``: within its rate, or no rate limit.
+    retry_after_s: float | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -216,14 +250,26 @@ class KeyStore:
         return _api_key(row)
 
     async def authenticate(
-        self, key: str, *, method: str | None = None, path: str | None = None
+        self,
+        key: str,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        rate: RateLimit | None = None,
     ) -> Principal | None:
-        """The principal of a live ``key`` (its use counted), else ``None``; a refusal
-        of a known key (revoked, expired) is audited with its reason."""
+        """The principal of a live ``key`` (its use counted, and with ``rate`` a token
+        taken from its bucket: ``Principal.retry_after_s`` is set when there was none),
+        else ``None``; a refusal of a known key (revoked, expired) is audited with its
+        reason."""
         if not looks_like_key(key):
             return None
         async with self.pool.connection() as conn:
-            row = await sql.authenticate_key(conn, hash_secret(key))
+            row = await sql.authenticate_key(
+                conn,
+                hash_secret(key),
+                rate_per_s=rate.per_second if rate else None,
+                burst=rate.burst if rate else None,
+            )
             if row is None:
                 return None
             if not row["live"]:
@@ -242,14 +288,18 @@ class KeyStore:
             row["resource_id"],
             row["scope"],
             row["id"],
-            window_count=int(row["window_count"]),
-            window_left_s=float(row["window_left_s"]),
+            retry_after_s=None if row["allowed"] is not False else float(row["retry_after_s"]),
         )
 
-    async def usage(self, resource_id: str) -> tuple[int, int]:
-        """How many memories ``resource_id`` stores, and their content's bytes."""
+    async def memories(self, resource_id: str) -> int:
+        """How many memories ``resource_id`` stores: one row of recall's statistics."""
         async with self.pool.connection() as conn:
-            return await sql.resource_usage(conn, resource_id)
+            return await sql.resource_memories(conn, resource_id)
+
+    async def content_bytes(self, resource_id: str) -> int:
+        """The bytes of ``resource_id``'s memory content: a scan of its memories."""
+        async with self.pool.connection() as conn:
+            return await sql.resource_bytes(conn, resource_id)
 
     async def audit_refusal(
         self, principal: Principal | None, reason: str, *, method: str, path: str

@@ -6,8 +6,9 @@ Invariants:
 - Keys and logins are looked up by the SHA-256 of what the client presents, never
   by resource: these are the tables a request is authenticated against before
   its resource is known (reference tables under Citus, docs/scaling.md).
-- ``AUTHENTICATE_KEY`` checks revocation and expiry and counts the use in the
-  same statement: a revoked key is refused by the next request in any process.
+- ``AUTHENTICATE_KEY`` checks revocation and expiry, counts the use and spends
+  from the key's rate bucket in the same statement: a revoked key is refused by
+  the next request in any process, and every process spends from one bucket.
 - Nothing here stores or returns a key, a login cookie or memory content.
 """
 
@@ -31,7 +32,8 @@ __all__ = [
     "LIST_KEYS",
     "LOOKUP_LOGIN",
     "RECORD_FAILURE",
-    "RESOURCE_USAGE",
+    "RESOURCE_BYTES",
+    "RESOURCE_MEMORIES",
     "REVOKE_KEY",
     "audit_access",
     "authenticate_key",
@@ -44,7 +46,8 @@ __all__ = [
     "list_keys",
     "lookup_login",
     "record_failure",
-    "resource_usage",
+    "resource_bytes",
+    "resource_memories",
     "revoke_key",
 ]
 
@@ -82,30 +85,54 @@ SELECT * FROM revoked
 
 # The use is counted with synchronous_commit off for this statement's own
 # transaction: a counter lost in a crash costs nothing, a WAL flush per request would.
+# The rate limit is a token bucket on the key's row (migration 0019): ``found``
+# locks the row and refills its bucket to now (at most ``burst``; NULL, a full
+# bucket), ``used`` takes a token when there is one. After waiting on the lock the
+# row is read again, so concurrent requests of one key, in any process, spend
+# tokens one after another. ``now()`` of a request that waited may precede the
+# bucket's time; the bucket then neither refills nor goes back in time.
 AUTHENTICATE_KEY = """
-WITH used AS (
-    UPDATE popagent_api_keys SET
-        use_count = use_count + 1,
-        last_used_at = now(),
-        window_started = CASE WHEN window_started IS NULL OR window_started <= now() - %(window)s::interval
-                              THEN now() ELSE window_started END,
-        window_count = CASE WHEN window_started IS NULL OR window_started <= now() - %(window)s::interval
-                            THEN 1 ELSE window_count + 1 END
+WITH found AS (
+    SELECT id,
+           CASE WHEN %(rate)s::float8 IS NULL THEN NULL
+                ELSE least(%(burst)s::float8, coalesce(
+                    rate_tokens + %(rate)s::float8
+                        * greatest(0, extract(epoch FROM now() - rate_at))::float8,
+                    %(burst)s::float8)) END AS tokens
+    FROM popagent_api_keys
     WHERE key_sha256 = %(key_sha256)s
       AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+    FOR UPDATE
+), used AS (
+    UPDATE popagent_api_keys k SET
+        use_count = k.use_count + 1,
+        last_used_at = now(),
+        rate_tokens = CASE WHEN f.tokens >= 1 THEN f.tokens - 1 ELSE f.tokens END,
+        rate_at = CASE WHEN f.tokens IS NULL THEN NULL
+                       ELSE greatest(now(), k.rate_at) END
+    FROM found f
+    WHERE k.id = f.id
       AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-    RETURNING id, window_count,
-              extract(epoch FROM window_started + %(window)s::interval - now()) AS window_left_s
+    RETURNING k.id, f.tokens >= 1 AS allowed,
+              (1 - f.tokens) / %(rate)s::float8 AS retry_after_s
 )
 SELECT k.id, k.resource_id, k.scope, u.id IS NOT NULL AS live,
-       k.revoked_at IS NOT NULL AS revoked, u.window_count, u.window_left_s
+       k.revoked_at IS NOT NULL AS revoked, u.allowed, u.retry_after_s
 FROM popagent_api_keys k LEFT JOIN used u ON true
 WHERE k.key_sha256 = %(key_sha256)s
 """
 
-#: The resource's stored memories and their bytes, for the storage quota.
-RESOURCE_USAGE = """
-SELECT count(*) AS memories, coalesce(sum(octet_length(content)), 0) AS bytes
+#: The resource's stored memories, for the storage quota: recall's statistics keep
+#: the count (store/recall_stats.py), so this is one primary-key lookup.
+RESOURCE_MEMORIES = """
+SELECT documents FROM popagent_resource_stats WHERE resource_id = %(resource_id)s
+"""
+
+#: The bytes of the resource's memory content, for the byte quota. No statistic
+#: holds it, so this reads every memory of the resource: it runs only when a byte
+#: quota is configured (docs/server.md).
+RESOURCE_BYTES = """
+SELECT coalesce(sum(octet_length(content)), 0) AS bytes
 FROM popagent_memories WHERE resource_id = %(resource_id)s
 """
 
@@ -215,23 +242,38 @@ async def revoke_key(conn: Conn, key_id: int, resource_id: str | None) -> dict[s
 
 
 async def authenticate_key(
-    conn: Conn, key_sha256: bytes, *, window_s: float = 60.0
+    conn: Conn,
+    key_sha256: bytes,
+    *,
+    rate_per_s: float | None = None,
+    burst: int | None = None,
 ) -> dict[str, Any] | None:
     """The key with this hash (``id``, ``resource_id``, ``scope``, ``live``, ``revoked``),
-    its use counted when live (``window_count``: requests in its current window of
-    ``window_s``, which ends in ``window_left_s``); ``None`` when no key has it."""
+    its use counted when live; ``None`` when no key has it. With ``rate_per_s`` and
+    ``burst``, a live key's request also takes a token from its bucket: ``allowed``
+    says whether there was one, ``retry_after_s`` how long until there is (both
+    ``None`` without a rate)."""
+    if (rate_per_s is None) != (burst is None):
+        raise ValueError("give both rate_per_s and burst, or neither")
     cur = await conn.execute(
-        AUTHENTICATE_KEY, {"key_sha256": key_sha256, "window": f"{window_s} seconds"}
+        AUTHENTICATE_KEY, {"key_sha256": key_sha256, "rate": rate_per_s, "burst": burst}
     )
     return await cur.fetchone()
 
 
-async def resource_usage(conn: Conn, resource_id: str) -> tuple[int, int]:
-    """How many memories ``resource_id`` stores, and their content's bytes."""
-    cur = await conn.execute(RESOURCE_USAGE, {"resource_id": resource_id})
+async def resource_memories(conn: Conn, resource_id: str) -> int:
+    """How many memories ``resource_id`` stores (0 for a resource with none)."""
+    cur = await conn.execute(RESOURCE_MEMORIES, {"resource_id": resource_id})
+    row = await cur.fetchone()
+    return 0 if row is None else int(row["documents"])
+
+
+async def resource_bytes(conn: Conn, resource_id: str) -> int:
+    """The bytes of ``resource_id``'s memory content (reads all its memories)."""
+    cur = await conn.execute(RESOURCE_BYTES, {"resource_id": resource_id})
     row = await cur.fetchone()
     assert row is not None
-    return int(row["memories"]), int(row["bytes"])
+    return int(row["bytes"])
 
 
 async def insert_login(

@@ -15,6 +15,8 @@ Invariants:
 - In multi-resource mode every such route needs an API key (its resource and
   scope, ``popagent.keys``) or the operator token, which reaches only the key
   routes; what a credential's scope does not allow gets 403, audited.
+- A key past its rate (a token bucket on its row, ``popagent.keys.RateLimit``,
+  shared by every process) gets 429 with ``Retry-After``, audited.
 - A request that names a resource (query parameter or header) is refused with
   422: the resource is the server's, and silently ignoring the name would let
   a client believe it read another resource.
@@ -52,7 +54,7 @@ from starlette.exceptions import HTTPException
 
 from ..access import AllowedHosts, bearer_matches, request_port
 from ..errors import PopagentError
-from ..keys import Principal
+from ..keys import Principal, RateLimit
 from ..keys import Scope as KeyScope
 from ..store.tenant import serving
 from .logins import LOGIN_COOKIE
@@ -234,6 +236,9 @@ class TokenGate:
         self.resource_id = resource_id
         self.multi_resource = multi_resource
         self.key_requests_per_minute = key_requests_per_minute
+        #: The per-key token bucket (``popagent.keys.RateLimit``): a burst of
+        #: ``BURST_SECONDS`` of the rate, then the rate.
+        self.key_rate = RateLimit.of(key_requests_per_minute) if key_requests_per_minute else None
         self.quota_memories = quota_memories
         self.quota_bytes = quota_bytes
 
@@ -251,7 +256,10 @@ class TokenGate:
                 scheme, _, key = authorization.partition(" ")
                 if scheme.lower() == "bearer":
                     found = await svc.keys.authenticate(
-                        key.strip(), method=scope["method"], path=_route_of(scope["path"])
+                        key.strip(),
+                        method=scope["method"],
+                        path=_route_of(scope["path"]),
+                        rate=self.key_rate,
                     )
                     return found, True
             return None, True
@@ -269,13 +277,19 @@ class TokenGate:
         return (principal if ok else None), True
 
     async def _over_limit(self, scope: Scope, principal: Principal) -> tuple[str, str, int] | None:
-        """(audit reason, message, Retry-After seconds) when the key has used up its
-        requests of this minute, or the resource its storage on a write that adds
-        content; else ``None``."""
-        limit = self.key_requests_per_minute
-        if limit is not None and principal.key_id is not None and principal.window_count > limit:
-            wait = max(1, math.ceil(principal.window_left_s))
-            return "rate_limited", f"this key may make {limit:,} requests a minute", wait
+        """(audit reason, message, Retry-After seconds) when the key's bucket had no
+        token for this request, or the resource has used up its storage on a write
+        that adds content; else ``None``."""
+        rate = self.key_rate
+        if rate is not None and principal.retry_after_s is not None:
+            # Whole seconds, rounded up: a client that waits them finds a token.
+            wait = max(1, math.ceil(principal.retry_after_s))
+            return (
+                "rate_limited",
+                f"this key may make {rate.per_minute:,} requests a minute, "
+                f"in bursts of up to {rate.burst:,}",
+                wait,
+            )
         if (
             principal.resource_id is not None
             and (self.quota_memories is not None or self.quota_bytes is not None)
@@ -371,11 +385,16 @@ _ADDS_CONTENT = re.compile(
 async def _usage_refusal(
     svc: Any, resource_id: str, quota_memories: int | None, quota_bytes: int | None
 ) -> str | None:
-    memories, size = await svc.keys.usage(resource_id)
-    if quota_memories is not None and memories >= quota_memories:
-        return f"this resource stores {memories:,} memories; its quota is {quota_memories:,}"
-    if quota_bytes is not None and size >= quota_bytes:
-        return f"this resource stores {size:,} bytes of memories; its quota is {quota_bytes:,}"
+    # The count is one row of recall's statistics; the bytes are a scan of the
+    # resource's memories, run only when a byte quota is configured.
+    if quota_memories is not None:
+        memories = await svc.keys.memories(resource_id)
+        if memories >= quota_memories:
+            return f"this resource stores {memories:,} memories; its quota is {quota_memories:,}"
+    if quota_bytes is not None:
+        size = await svc.keys.content_bytes(resource_id)
+        if size >= quota_bytes:
+            return f"this resource stores {size:,} bytes of memories; its quota is {quota_bytes:,}"
     return None
 
 
