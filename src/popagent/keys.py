@@ -19,7 +19,7 @@ Invariants:
 - Creation, revocation and refusals are written to ``popagent_access_audit``;
   uses are counted on the key's row. Neither holds memory content.
 - The per-key request rate is a token bucket on the key's row (``RateLimit``,
-  migration 0019), spent by the same statement that authenticates the key: one
+  migration 0017), spent by the same statement that authenticates the key: one
   UPDATE per request, shared by every server process.
 """
 

@@ -85,7 +85,7 @@ SELECT * FROM revoked
 
 # The use is counted with synchronous_commit off for this statement's own
 # transaction: a counter lost in a crash costs nothing, a WAL flush per request would.
-# The rate limit is a token bucket on the key's row (migration 0019): ``found``
+# The rate limit is a token bucket on the key's row (migration 0017): ``found``
 # locks the row and refills its bucket to now (at most ``burst``; NULL, a full
 # bucket), ``used`` takes a token when there is one. After waiting on the lock the
 # row is read again, so concurrent requests of one key, in any process, spend

@@ -29,10 +29,16 @@ CREATE TABLE popagent_api_keys (
     last_used_at timestamptz,
     use_count    bigint NOT NULL DEFAULT 0,
     revoked_at   timestamptz,
-    -- The per-key request rate: requests counted in fixed one-minute windows, on
-    -- the key's own row (a burst of one key waits on that row, never on another's).
-    window_started timestamptz,
-    window_count   integer NOT NULL DEFAULT 0
+    -- The per-key request rate, a token bucket on the key's own row (a burst of one
+    -- key waits on that row, never on another's): at most ``burst`` tokens, refilled
+    -- at ``rate`` a second, one per request (popagent.keys.RateLimit). It is read,
+    -- refilled and spent by the one statement that authenticates the key
+    -- (store/keys.py), under the row's lock, so every server process spends from
+    -- the same bucket. rate_tokens NULL: a full bucket (a new key, or no limit
+    -- configured); rate_at: when rate_tokens was last computed. (A fixed one-minute
+    -- window let a key spend its whole minute in the first seconds.)
+    rate_tokens  double precision CHECK (rate_tokens >= 0),
+    rate_at      timestamptz
 );
 
 -- ``keys list`` per resource; names are unique among a resource's live keys.
