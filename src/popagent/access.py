@@ -49,6 +49,7 @@ __all__ = [
     "parse_allowed_hosts",
     "request_port",
     "require_token_for",
+    "send_unauthorized",
     "split_host",
 ]
 
@@ -143,19 +144,24 @@ class BearerTokenMiddleware:
         if bearer_matches(authorization, self.token):
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"detail": "missing or wrong bearer token"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_unauthorized(send, "missing or wrong bearer token")
+
+
+async def send_unauthorized(send: Send, detail: str) -> None:
+    """A 401 JSON answer that asks for a bearer credential (``detail`` says which)."""
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 # --- the Host rule --------------------------------------------------------------------------

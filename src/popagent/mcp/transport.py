@@ -19,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import socket
 from typing import cast
 
@@ -27,7 +26,15 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
-from ..access import ASGIApp, BearerTokenMiddleware, Receive, Scope, Send, require_token_for
+from ..access import (
+    ASGIApp,
+    BearerTokenMiddleware,
+    Receive,
+    Scope,
+    Send,
+    require_token_for,
+    send_unauthorized,
+)
 from ..defaults import DEFAULT_HOST
 from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
 from ..keys import KeyStore
@@ -103,19 +110,7 @@ class KeyGate:
                 key.strip(), method=scope.get("method"), path=MCP_PATH
             )
         if principal is None:
-            body = json.dumps({"detail": "missing, wrong, expired or revoked API key"}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_unauthorized(send, "missing, wrong, expired or revoked API key")
             return
         scope.setdefault("state", {})["principal"] = principal
         # The request's connections are confined to the key's resource (``store.tenant``).
