@@ -317,6 +317,66 @@ async def test_mcp_http_takes_the_resource_from_the_key(
     assert await memory.list_facts("unused-resource") == []
 
 
+async def test_mcp_http_applies_the_key_rate_and_the_storage_quota(
+    database_url: str, memory: popagent.LongTermMemory, tmp_path: Path
+) -> None:
+    """``popagent mcp --multi-resource`` with the same limits as ``serve``: a key past
+    its bucket (``--key-burst``) gets 429 with Retry-After, audited; a tool that adds
+    content to a resource at its quota is refused before it runs, a forget is not."""
+    one = f"res-{uuid.uuid4().hex}"
+    store = KeyStore(memory.pool)
+    busy_row, busy = await store.create(one, "busy", "write")
+    _, writer = await store.create(one, "writer", "write")
+    args = ("--multi-resource", "--key-rate", "60", "--key-burst", "12", "--quota-memories", "2")
+    with mcp_http_server(database_url, "unused-resource", tmp_path / "mcp.log", *args) as url:
+        headers = {"accept": "application/json, text/event-stream", **bearer(busy)}
+        async with httpx.AsyncClient(timeout=10) as plain:
+            began = asyncio.get_running_loop().time()
+            answers = await asyncio.gather(
+                *(plain.post(url, json=INITIALIZE, headers=headers) for _ in range(16))
+            )
+            took = asyncio.get_running_loop().time() - began
+        statuses = sorted(r.status_code for r in answers)
+        allowed = statuses.count(200)
+        # The bucket's 12, plus the tokens that came while refusals were held back.
+        assert 12 <= allowed <= 12 + int(took) + 1, (statuses, took)
+        assert statuses == [200] * allowed + [429] * (16 - allowed)
+        limited = next(r for r in answers if r.status_code == 429)
+        assert limited.headers["retry-after"] == "1"
+        assert "60 requests a minute, in bursts of up to 12" in limited.json()["detail"]
+        async with (
+            httpx2.AsyncClient(headers=bearer(writer), timeout=30) as http,
+            Client(streamable_http_client(url, http_client=http)) as c,
+        ):
+            for n in range(2):
+                stored = await c.call_tool("remember", {"content": f"fact number {n}"})
+                assert not stored.is_error, text_of(stored)
+            full = await c.call_tool("remember", {"content": "one too many"})
+            assert full.is_error and "its quota is 2" in text_of(full)
+            first = (await memory.list_facts(one))[0]
+            gone = await c.call_tool("forget_fact", {"id": first.id})
+            assert not gone.is_error, text_of(gone)
+            fits = await c.call_tool("remember", {"content": "room again"})
+            assert not fits.is_error, text_of(fits)
+    kept = {"fact number 0", "fact number 1", "room again"} - {first.content}
+    assert {m.content for m in await memory.list_facts(one)} == kept
+    events = await store.audit(200, resource_id=one)
+    rate_refusals = [e for e in events if e["reason"] == "rate_limited"]
+    assert len(rate_refusals) == 16 - allowed
+    assert {(e["key_id"], e["path"]) for e in rate_refusals} == {(busy_row.id, "/mcp")}
+    assert [e["path"] for e in events if e["reason"] == "quota"] == ["remember"]
+
+
+def test_key_burst_needs_a_rate(database_url: str) -> None:
+    for command in (["serve"], ["mcp", "--transport", "http"]):
+        result = CliRunner().invoke(
+            main,
+            ["--database-url", database_url, *command, "--key-rate", "0", "--key-burst", "5"],
+        )
+        assert result.exit_code == 2, result.output
+        assert "key_burst" in result.output and "--key-rate" in result.output
+
+
 async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -366,21 +426,68 @@ async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
                 *((b if n % 2 else a).get("/api/facts", headers=bearer(quiet)) for n in range(10))
             )
             assert [r.status_code for r in others] == [200] * 10
-            # Still empty now; after Retry-After seconds, one token has refilled.
-            assert (await a.get("/api/facts", headers=bearer(busy))).status_code == 429
+            # The refusals were held back until a token was due (at most a second), so
+            # tokens may have come meanwhile: spend them, then the bucket is empty.
+            later = [await a.get("/api/facts", headers=bearer(busy)) for _ in range(4)]
+            assert [r.status_code for r in later][-1] == 429, [r.status_code for r in later]
             await asyncio.sleep(retry_after)
+            # A client that waited Retry-After finds a token, in the other process too.
             assert (await b.get("/api/facts", headers=bearer(busy))).status_code == 200
-            again = await a.get("/api/facts", headers=bearer(busy))
-            assert again.status_code == 429 and again.headers["retry-after"] == "1"
+    sent = 16 + len(later) + 1
+    refusals = 16 - allowed + [r.status_code for r in later].count(429)
     [listed] = [k for k in await store.list_keys(one) if k.id == busy_row.id]
-    assert listed.use_count == 16 + 3  # a refused request is still a use of the key
+    assert listed.use_count == sent  # a refused request is still a use of the key
     refused = [e for e in await store.audit(200, resource_id=one) if e["reason"] == "rate_limited"]
-    assert len(refused) == 16 - allowed + 2
+    assert len(refused) == refusals
     assert _rows(
         database_url,
-        "SELECT rate_tokens < 1 AND rate_at IS NOT NULL FROM popagent_api_keys WHERE id = %s",
+        "SELECT rate_tokens < 10 AND rate_at IS NOT NULL FROM popagent_api_keys WHERE id = %s",
         busy_row.id,
     ) == [(True,)]
+
+
+async def test_a_process_refuses_a_key_it_found_empty_without_the_database(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """After the database found a key's bucket empty, the key store refuses it itself
+    until its next token is due (no UPDATE queued on the key's row); those refusals
+    are counted and audited by ``flush``, one row each, and a token is there again
+    once the wait has passed."""
+    one = f"res-{uuid.uuid4().hex}"
+    store, other = KeyStore(memory.pool), KeyStore(memory.pool)
+    row, key = await store.create(one, "bursty", "write")
+    rate = RateLimit.of(60, 2)  # one token a second
+
+    async def uses_and_refusals() -> tuple[int, int]:
+        [listed] = await other.list_keys(one)
+        audited = [e for e in await other.audit(50, resource_id=one) if e["event"] == "refused"]
+        return listed.use_count, len(audited)
+
+    first = [await store.authenticate(key, method="GET", path="/api/facts", rate=rate)]
+    first += [await store.authenticate(key, method="GET", path="/api/facts", rate=rate)]
+    assert [p.retry_after_s if p else "none" for p in first] == [None, None]
+    from_database = await store.authenticate(key, method="GET", path="/api/facts", rate=rate)
+    assert from_database is not None and from_database.retry_after_s is not None
+    assert await uses_and_refusals() == (3, 1)  # counted and audited by its statement
+    answered_here = [
+        await store.authenticate(key, method="POST", path="/api/recall", rate=rate)
+        for _ in range(5)
+    ]
+    assert all(p is not None and 0 < (p.retry_after_s or 0) <= 1 for p in answered_here)
+    assert await uses_and_refusals() == (3, 1)  # nothing written yet
+    # Another process (another store) asks the database, which agrees.
+    elsewhere = await other.authenticate(key, method="GET", path="/api/facts", rate=rate)
+    assert elsewhere is not None and elsewhere.retry_after_s is not None
+    await store.flush()
+    assert await uses_and_refusals() == (9, 7)
+    audited = await other.audit(50, resource_id=one)
+    assert sum(1 for e in audited if (e["method"], e["path"]) == ("POST", "/api/recall")) == 5
+    assert {e["key_id"] for e in audited if e["event"] == "refused"} == {row.id}
+    await asyncio.sleep(1.1)  # a token is due: the database is asked, and has one
+    again = await store.authenticate(key, method="GET", path="/api/facts", rate=rate)
+    assert again is not None and again.retry_after_s is None
+    await store.aclose()
+    await other.aclose()
 
 
 async def test_storage_quota_counts_memories_from_the_statistics(
@@ -411,7 +518,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
                     "/api/facts", json={"content": f"fact {n}"}, headers=bearer(small)
                 )
                 assert made.status_code == 201, made.text
-            assert await store.memories(one) == 3 and await store.content_bytes(one) == 18
+            assert await store.usage(one) == (3, 18)
             full = await a.post("/api/facts", json={"content": "one more"}, headers=bearer(small))
             assert full.status_code == 429 and full.json()["error"] == "quota_exceeded"
             assert "quota is 3" in full.json()["message"] and full.headers["retry-after"]
@@ -420,7 +527,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
             fact = (await memory.list_facts(one))[0]
             gone = await a.delete(f"/api/facts/{fact.id}", headers=bearer(small))
             assert gone.status_code in (200, 204), gone.text
-            assert await store.memories(one) == 2
+            assert (await store.usage(one))[0] == 2
             again = await b.post("/api/facts", json={"content": "fits now"}, headers=bearer(small))
             assert again.status_code == 201
             # 40 bytes: one memory of 41 fits (the check is before the write), the next not.
@@ -428,10 +535,10 @@ async def test_storage_quota_counts_memories_from_the_statistics(
             assert big.status_code == 201, big.text
             over = await b.post("/api/facts", json={"content": "y"}, headers=bearer(large))
             assert over.status_code == 429 and "41 bytes" in over.json()["message"]
-            assert await store.memories(two) == 1
+            assert await store.usage(two) == (1, 41)
     reasons = {(e["resource_id"], e["reason"]) for e in await store.audit(100)}
     assert (one, "quota") in reasons and (two, "quota") in reasons
-    assert await store.memories(f"res-{uuid.uuid4().hex}") == 0
+    assert await store.usage(f"res-{uuid.uuid4().hex}") == (0, 0)
 
 
 async def test_revocation_is_immediate_across_serve_workers(

@@ -238,3 +238,42 @@ async def test_the_keys_page_is_for_admin_keys_in_multi_resource_mode_only(
                 revoke = await post_form(gui, "/keys/1/revoke", {"confirm": "yes"})
                 assert revoke.status_code == 404
     assert await store.list_keys(resource) == []
+
+
+async def test_a_login_made_with_a_key_spends_from_the_keys_bucket(
+    database_url: str, memory: popagent.LongTermMemory
+) -> None:
+    """A GUI login is the key it was made with: its pages take tokens from the key's
+    bucket (``key_burst`` of them at once), shared with the key's API requests, and
+    the refusals are audited with the GUI route; the operator's login spends none."""
+    one = f"res-{uuid.uuid4().hex}"
+    store = KeyStore(memory.pool)
+    row, key = await store.create(one, "browser", "write")
+    config = ServerConfig(
+        maintenance_interval_s=None,
+        token=OPERATOR,
+        multi_resource=True,
+        key_requests_per_minute=6,  # a token every 10 s: none comes back during the test
+        key_burst=4,
+    )
+    with uvicorn_server(
+        config, database_url=database_url, model_from_env=False, embedder=None
+    ) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as gui:
+            await log_in(gui, key)  # /login itself is open: it spends nothing
+            pages = [await gui.get("/") for _ in range(5)]
+            assert [p.status_code for p in pages] == [200, 200, 200, 200, 429]
+            # A person gets a page with the nav and the wait, not a JSON body.
+            assert pages[-1].headers["content-type"].startswith("text/html")
+            assert "Too many requests" in pages[-1].text and "6 requests a minute" in pages[-1].text
+            assert int(pages[-1].headers["retry-after"]) >= 1
+            api = await gui.get("/api/facts", headers=bearer(key))
+            assert api.status_code == 429 and int(api.headers["retry-after"]) >= 1
+            assert "in bursts of up to 4" in api.json()["message"]
+        async with httpx.AsyncClient(base_url=base, timeout=30) as operator:
+            await log_in(operator, OPERATOR)
+            assert [(await operator.get("/keys")).status_code for _ in range(6)] == [403] * 6
+    [listed] = await store.list_keys(one)
+    assert listed.id == row.id and listed.use_count == 1 + 5 + 1  # the login, pages, API
+    refused = [e for e in await store.audit(50, resource_id=one) if e["reason"] == "rate_limited"]
+    assert sorted(e["path"] for e in refused) == ["/", "/api/facts"]

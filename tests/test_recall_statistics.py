@@ -28,9 +28,10 @@ async def memory(database_url: str) -> AsyncIterator[LongTermMemory]:
 
 
 RECOUNT = """
-SELECT coalesce((SELECT jsonb_object_agg(resource_id, jsonb_build_array(n, total))
+SELECT coalesce((SELECT jsonb_object_agg(resource_id, jsonb_build_array(n, total, bytes))
                  FROM (SELECT resource_id, count(*) AS n,
-                              sum(length(search_vector)) AS total
+                              sum(length(search_vector)) AS total,
+                              sum(octet_length(content)) AS bytes
                        FROM popagent_memories WHERE resource_id = ANY(%(ids)s)
                        GROUP BY resource_id) c), '{}'::jsonb) AS resources,
        coalesce((SELECT jsonb_object_agg(resource_id || ' ' || lexeme, n)
@@ -41,7 +42,8 @@ SELECT coalesce((SELECT jsonb_object_agg(resource_id, jsonb_build_array(n, total
 """
 
 STORED = """
-SELECT coalesce((SELECT jsonb_object_agg(resource_id, jsonb_build_array(documents, total_length))
+SELECT coalesce((SELECT jsonb_object_agg(
+                     resource_id, jsonb_build_array(documents, total_length, content_bytes))
                  FROM popagent_resource_stats
                  WHERE resource_id = ANY(%(ids)s) AND documents > 0), '{}'::jsonb) AS resources,
        coalesce((SELECT jsonb_object_agg(resource_id || ' ' || lexeme, documents)
@@ -85,6 +87,9 @@ async def test_every_write_path_keeps_statistics_exact(
     await memory.remember(resource, "Allergic to peanuts", importance=0.9)  # importance only
     await memory.update_fact(resource, loose.memory.id, content="Allergic to peanuts and walnuts")
     await memory.update_fact(resource, theme.memory.id, importance=0.2)
+    await assert_statistics_exact(memory, resource, other_resource)
+    # New bytes, the same lexemes: the content's bytes move, the lexeme counts do not.
+    await memory.update_fact(resource, loose.memory.id, content="ALLERGIC to peanuts and walnuts!")
     await assert_statistics_exact(memory, resource, other_resource)
 
     # A key's words are searchable: changing or clearing the key alone moves them.

@@ -27,14 +27,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.embed import OpenAIEmbedder
 from popagent.errors import ValidationError
 from popagent.memory.manage import sha256_hex
-from popagent.store import memories as memory_sql
 from popagent.store.migrate import CREATE_MIGRATIONS_TABLE, INSERT_APPLIED, load_migrations
 from tests.embedding_server import EmbeddingServer
 from tests.web_support import cli_command
@@ -329,22 +327,40 @@ async def test_a_store_made_before_migration_0016_gets_its_vectors(
                 conn.execute(migration.sql.encode())
                 conn.execute(INSERT_APPLIED, (migration.version, migration.name))
     contents = [f"User: old note {i}\nAssistant: kept" for i in range(3)]
-    old = await psycopg.AsyncConnection.connect(scratch_url, autocommit=True, row_factory=dict_row)
-    async with old:
-        written = await memory_sql.insert_episodes(
-            old,
-            resource_id=resource,
-            importance=0.3,
-            rows=[("s", c, sha256_hex(c), None) for c in contents],
-            origin="library",
+    # Written as that era's statements wrote them (today's also count migration
+    # 0019's content bytes, a column the store does not have yet).
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            WITH written AS (
+                INSERT INTO popagent_memories
+                    (resource_id, session_id, kind, content, content_sha256, importance, origin)
+                SELECT %(resource_id)s, 's', 'episode', t.content, t.sha, 0.3, 'library'
+                FROM unnest(%(contents)s::text[], %(shas)s::text[]) AS t(content, sha)
+                RETURNING resource_id, search_vector
+            )
+            INSERT INTO popagent_resource_stats (resource_id, documents, total_length)
+            SELECT resource_id, count(*), sum(length(search_vector)) FROM written
+            GROUP BY resource_id
+            """,
+            {
+                "resource_id": resource,
+                "contents": contents,
+                "shas": [sha256_hex(c) for c in contents],
+            },
         )
-    assert written == 3
     model = embedder(slow)
     async with popagent.connect(scratch_url, embedder=model, max_size=2) as memory:
         assert await memory.pending_vectors(resource) == 3  # 0016 queued what had no vector
         assert await memory.wait_for_vectors(resource) == 0
     await model.aclose()
     assert len(vectors(scratch_url, resource)) == 3
+    # Migration 0019 counted the bytes of what was there.
+    assert rows(
+        scratch_url,
+        "SELECT content_bytes FROM popagent_resource_stats WHERE resource_id = %s",
+        resource,
+    ) == [(sum(len(c.encode()) for c in contents),)]
 
 
 # --- the model cannot load ---------------------------------------------------------------------

@@ -49,6 +49,7 @@ __all__ = [
     "parse_allowed_hosts",
     "request_port",
     "require_token_for",
+    "send_rate_limited",
     "send_unauthorized",
     "split_host",
 ]
@@ -149,15 +150,24 @@ class BearerTokenMiddleware:
 
 async def send_unauthorized(send: Send, detail: str) -> None:
     """A 401 JSON answer that asks for a bearer credential (``detail`` says which)."""
+    await _send_detail(send, 401, detail, (b"www-authenticate", b"Bearer"))
+
+
+async def send_rate_limited(send: Send, detail: str, retry_after: int) -> None:
+    """A 429 JSON answer with ``Retry-After: retry_after`` (whole seconds)."""
+    await _send_detail(send, 429, detail, (b"retry-after", str(retry_after).encode()))
+
+
+async def _send_detail(send: Send, status: int, detail: str, *headers: tuple[bytes, bytes]) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b"Bearer"),
+                *headers,
             ],
         }
     )

@@ -25,6 +25,7 @@ __all__ = [
     "DATABASE_URL_ENV",
     "DATA_DIR_ENV",
     "DEFAULT_HOST",
+    "DEFAULT_KEY_RATE",
     "DEFAULT_MCP_PORT",
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
@@ -65,6 +66,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
 #: ``popagent mcp --transport http``'s port.
 DEFAULT_MCP_PORT = 8766
+#: Multi-resource mode (``serve`` and ``mcp --transport http``): requests one API key
+#: may make per minute unless told otherwise (``popagent.keys.Limits``).
+DEFAULT_KEY_RATE = 1200
 #: Where the HTTP client looks for a server unless told otherwise.
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 

@@ -19,17 +19,29 @@ Invariants:
 - Creation, revocation and refusals are written to ``popagent_access_audit``;
   uses are counted on the key's row. Neither holds memory content.
 - The per-key request rate is a token bucket on the key's row (``RateLimit``,
-  migration 0017), spent by the same statement that authenticates the key: one
-  UPDATE per request, shared by every server process.
+  migration 0017), spent by the same statement that authenticates the key (or,
+  for a GUI login made with a key, by ``KeyStore.spend``): one UPDATE per
+  request, shared by every server process. Once the database has found a key's
+  bucket empty, the process refuses that key's requests itself until its next
+  token is due (``_EmptyBuckets``: no round trip), and audits those refusals
+  within ``REFUSALS_FLUSH_S``. A key revoked meanwhile gets 429, not 401, until
+  then: refused either way. ``Limits`` holds the rate and the
+  storage quotas, the same for every surface.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import math
+import random
 import re
 import secrets
-from dataclasses import dataclass
+import time
+from collections import Counter
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -39,6 +51,7 @@ from .checks import check_id
 from .errors import ConflictError, NotFoundError, ValidationError
 from .store import keys as sql
 from .store.database import Pool
+from .store.tenant import bypass
 
 __all__ = [
     "BURST_SECONDS",
@@ -47,12 +60,14 @@ __all__ = [
     "SCOPES",
     "ApiKey",
     "KeyStore",
+    "Limits",
     "Principal",
     "RateLimit",
     "Scope",
     "hash_secret",
     "looks_like_key",
     "new_key",
+    "pace_refusal",
 ]
 
 Scope = Literal["read", "write", "admin"]
@@ -63,6 +78,7 @@ KEY_PREFIX = "pak_"
 PREFIX_CHARS = 12
 #: A key's bucket holds this many seconds of its rate: the burst it may send at once.
 BURST_SECONDS = 10
+log = logging.getLogger("popagent.keys")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,99}")
 _KEY = re.compile(r"pak_[A-Za-z0-9_-]{43}")
 
@@ -108,6 +124,49 @@ class RateLimit:
     @property
     def per_second(self) -> float:
         return self.per_minute / 60
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one key and one resource may use in multi-resource mode, the same for
+    every surface (the API and GUI, MCP over HTTP): a key's request rate, and the
+    memories and bytes of memory content a resource may store. ``None``: no limit.
+    A write that would add content to a resource at or past a quota is refused
+    (429); a delete never is."""
+
+    rate: RateLimit | None = None
+    max_memories: int | None = None
+    max_bytes: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        requests_per_minute: int | None = None,
+        burst: int | None = None,
+        max_memories: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Limits:
+        """Limits from the server's settings (``burst`` only with a rate)."""
+        if burst is not None and not requests_per_minute:
+            raise ValidationError("key_burst", "needs a request rate (--key-rate)")
+        rate = RateLimit.of(requests_per_minute, burst) if requests_per_minute else None
+        for name, value in (("quota_memories", max_memories), ("quota_bytes", max_bytes)):
+            if value is not None and value < 1:
+                raise ValidationError(name, f"must be at least 1, not {value}")
+        return cls(rate, max_memories, max_bytes)
+
+    @property
+    def has_quota(self) -> bool:
+        return self.max_memories is not None or self.max_bytes is not None
+
+    def rate_message(self) -> str:
+        """What a 429 for the rate says."""
+        assert self.rate is not None
+        return (
+            f"this key may make {self.rate.per_minute:,} requests a minute, "
+            f"in bursts of up to {self.rate.burst:,}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +242,102 @@ def check_name(value: str) -> str:
     return value
 
 
+#: Seconds a process keeps the refusals it answered itself before it audits them.
+REFUSALS_FLUSH_S = 1.0
+#: How long a 429 for the rate is held back (``pace_refusal``): at least the first,
+#: at most the second.
+REFUSAL_PACE_S = (0.5, 1.0)
+#: The spread of held refusals: its own generator, so the process's shared one is
+#: neither consumed nor reseeded by anyone's requests.
+_JITTER = random.Random()
+
+
+async def pace_refusal(principal: Principal) -> int:
+    """Hold back the 429 of a key without a token until its next token is due or a
+    little later (at least ``REFUSAL_PACE_S[0]``, at most ``REFUSAL_PACE_S[1]``
+    seconds, spread at random between), then
+    return the ``Retry-After`` seconds left (whole seconds, rounded up, at least 1).
+
+    A client that ignores 429 and asks again at once would otherwise have a 429
+    every few hundred microseconds, and fifty such connections keep a server
+    process's one event loop answering them while other keys' requests queue
+    behind (measured, bench/load.py --tenants: a quiet key's p95 25x its idle
+    value with refusals answered at once, 5-6x with each costing a database
+    round trip). Held back, each connection gets at most two refusals a second;
+    a held answer costs a timer, no CPU. A client that waits Retry-After loses
+    at most the hold.
+    """
+    wait = principal.retry_after_s or 0.0
+    least, most = REFUSAL_PACE_S
+    # Spread over what is left of the window: held refusals that all ended when the
+    # token came would ask again at once, one UPDATE each on the key's row.
+    paced = _JITTER.uniform(min(max(wait, least), most), most)
+    await asyncio.sleep(paced)
+    return max(1, math.ceil(wait - paced))
+
+
+# (key id, resource, scope, method, route): the audit row of a refusal answered here.
+_Refusal = tuple[int, str | None, str, str | None, str | None]
+
+
+class _EmptyBuckets:
+    """The keys this process found without a token, until their next token is due.
+
+    A key whose bucket the database found empty cannot have a token before
+    ``retry_after_s`` has passed (other processes only spend more), so until then
+    this process refuses its requests itself, without a round trip: a client that
+    ignores ``Retry-After`` costs a dictionary lookup per request instead of an
+    UPDATE queued on its key's row lock, which held pool connections that other
+    keys' requests waited for. These refusals are counted as uses and audited
+    (one row each) by ``KeyStore.flush``, at most ``REFUSALS_FLUSH_S`` later.
+    Keyed by the key's hash (``authenticate``) or its id (``spend``, a login's).
+    """
+
+    def __init__(self) -> None:
+        self.until: dict[bytes | int, tuple[float, Principal]] = {}
+        self.refused: Counter[_Refusal] = Counter()
+
+    def refuse(self, which: bytes | int, method: str | None, path: str | None) -> Principal | None:
+        """The principal with the seconds still to wait, when ``which`` is known to
+        have no token now (the refusal is counted); else ``None``."""
+        known = self.until.get(which)
+        if known is None:
+            return None
+        until, principal = known
+        left = until - time.monotonic()
+        if left <= 0:
+            del self.until[which]
+            return None
+        assert principal.key_id is not None
+        self.refused[(principal.key_id, principal.resource_id, principal.scope, method, path)] += 1
+        return replace(principal, retry_after_s=left)
+
+    def note(self, which: bytes | int, principal: Principal) -> None:
+        """Remember a refusal from the database: ``principal.retry_after_s`` from now."""
+        if principal.retry_after_s is None:
+            return
+        now = time.monotonic()
+        if len(self.until) >= _EMPTY_BUCKETS_KEPT:
+            # Keys that never asked again: what is past is no longer worth keeping.
+            self.until = {k: v for k, v in self.until.items() if v[0] > now}
+        self.until[which] = (now + principal.retry_after_s, principal)
+
+
+#: How many empty buckets a process remembers before it forgets those past their time.
+_EMPTY_BUCKETS_KEPT = 10_000
+
+
 class KeyStore:
-    """Create, list, revoke and authenticate API keys on ``pool``."""
+    """Create, list, revoke and authenticate API keys on ``pool``.
+
+    One per server process (or per MCP app): it holds the buckets this process
+    found empty (``_EmptyBuckets``); ``aclose`` audits the refusals not yet audited.
+    """
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self._empty = _EmptyBuckets()
+        self._flusher: asyncio.Task[None] | None = None
 
     async def create(
         self,
@@ -258,17 +408,25 @@ class KeyStore:
         rate: RateLimit | None = None,
     ) -> Principal | None:
         """The principal of a live ``key`` (its use counted, and with ``rate`` a token
-        taken from its bucket: ``Principal.retry_after_s`` is set when there was none),
-        else ``None``; a refusal of a known key (revoked, expired) is audited with its
-        reason."""
+        taken from its bucket: ``Principal.retry_after_s`` is set when there was none,
+        and that refusal is audited as ``rate_limited``), else ``None``; a refusal of
+        a known key (revoked, expired) is audited with its reason."""
         if not looks_like_key(key):
             return None
+        digest = hash_secret(key)
+        if rate is not None:
+            known = self._empty.refuse(digest, method, path)
+            if known is not None:
+                self._flush_soon()
+                return known
         async with self.pool.connection() as conn:
             row = await sql.authenticate_key(
                 conn,
-                hash_secret(key),
+                digest,
                 rate_per_s=rate.per_second if rate else None,
                 burst=rate.burst if rate else None,
+                method=method,
+                path=path,
             )
             if row is None:
                 return None
@@ -284,22 +442,111 @@ class KeyStore:
                     path=path,
                 )
                 return None
-        return Principal(
+        principal = Principal(
             row["resource_id"],
             row["scope"],
             row["id"],
             retry_after_s=None if row["allowed"] is not False else float(row["retry_after_s"]),
         )
+        self._empty.note(digest, principal)
+        return principal
 
-    async def memories(self, resource_id: str) -> int:
-        """How many memories ``resource_id`` stores: one row of recall's statistics."""
+    async def spend(
+        self,
+        principal: Principal,
+        rate: RateLimit,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> Principal | None:
+        """A request of ``principal`` that did not present its key (a GUI login made
+        with it): its use counted and a token taken from the key's bucket, as
+        ``authenticate`` does; ``None`` when the key is no longer live. Other
+        principals are returned as they are."""
+        if principal.key_id is None:
+            return principal
+        known = self._empty.refuse(principal.key_id, method, path)
+        if known is not None:
+            self._flush_soon()
+            return known
         async with self.pool.connection() as conn:
-            return await sql.resource_memories(conn, resource_id)
+            row = await sql.spend_key(
+                conn,
+                principal.key_id,
+                rate_per_s=rate.per_second,
+                burst=rate.burst,
+                method=method,
+                path=path,
+            )
+        if row is None:
+            return None
+        if row["allowed"]:
+            return principal
+        limited = replace(principal, retry_after_s=float(row["retry_after_s"]))
+        self._empty.note(principal.key_id, limited)
+        return limited
 
-    async def content_bytes(self, resource_id: str) -> int:
-        """The bytes of ``resource_id``'s memory content: a scan of its memories."""
+    def _flush_soon(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(REFUSALS_FLUSH_S)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Audit the refusals this process answered itself (``_EmptyBuckets``), and
+        count them as uses of their keys. A database error is logged, not raised:
+        those refusals then go unaudited (a warning says how many)."""
+        pending, self._empty.refused = self._empty.refused, Counter()
+        if not pending:
+            return
+        try:
+            # Credential tables are never a tenant's (store.tenant), whoever asked.
+            with bypass("keys"):
+                async with self.pool.connection() as conn:
+                    for (key_id, resource_id, scope, method, path), n in sorted(
+                        pending.items(), key=lambda item: item[0][0]
+                    ):
+                        await sql.record_refusals(
+                            conn,
+                            key_id=key_id,
+                            resource_id=resource_id,
+                            scope=scope,
+                            method=method,
+                            path=path,
+                            n=n,
+                        )
+        except (psycopg.Error, OSError) as exc:
+            log.warning("could not audit %d rate-limited requests: %s", sum(pending.values()), exc)
+
+    async def aclose(self) -> None:
+        """Stop the pending flush and audit what it would have (at shutdown)."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()
+
+    async def usage(self, resource_id: str) -> tuple[int, int]:
+        """How many memories ``resource_id`` stores and the bytes of their content:
+        one row of recall's statistics."""
         async with self.pool.connection() as conn:
-            return await sql.resource_bytes(conn, resource_id)
+            return await sql.resource_usage(conn, resource_id)
+
+    async def over_quota(self, resource_id: str, limits: Limits) -> str | None:
+        """Why a write adding content to ``resource_id`` is refused (it is at or past a
+        quota of ``limits``), else ``None``."""
+        if not limits.has_quota:
+            return None
+        memories, size = await self.usage(resource_id)
+        if limits.max_memories is not None and memories >= limits.max_memories:
+            return (
+                f"this resource stores {memories:,} memories; its quota is {limits.max_memories:,}"
+            )
+        if limits.max_bytes is not None and size >= limits.max_bytes:
+            return f"this resource stores {size:,} bytes of memories; its quota is {limits.max_bytes:,}"
+        return None
 
     async def audit_refusal(
         self, principal: Principal | None, reason: str, *, method: str, path: str

@@ -11,6 +11,7 @@ traceback.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -22,20 +23,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 import platformdirs
 
-from ..defaults import DEFAULT_RESOURCE
+from ..defaults import DEFAULT_KEY_RATE, DEFAULT_RESOURCE
 from ..errors import PopagentError, ValidationError
 
 if TYPE_CHECKING:
+    from ..keys import Limits
     from ..memory.longterm import LongTermMemory
     from ..models import Memory, Message, Session
     from ..secrets import SecretCipher
 
 __all__ = [
     "DEFAULT_RESOURCE",
+    "LimitFlags",
     "Settings",
     "default_key_file",
     "emit_json",
     "exit_codes",
+    "limit_options",
     "memory_line",
     "message_lines",
     "one_line",
@@ -197,3 +201,75 @@ def parse_when(value: str | None, field: str) -> datetime | None:
             f"not an ISO-8601 date or time: {value!r}", param_hint=field
         ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# --- multi-resource limits, the same flags for serve and mcp -----------------------------
+
+
+def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags of ``popagent.keys.Limits`` (``--key-rate``, ``--key-burst``,
+    ``--quota-memories``, ``--quota-bytes``); the command gets them as ``limits``."""
+    options = [
+        click.option(
+            "--key-rate",
+            type=click.IntRange(min=0),
+            default=DEFAULT_KEY_RATE,
+            show_default=True,
+            help="Multi-resource mode: requests one API key may make per minute "
+            "(429 with Retry-After past it); 0: no limit.",
+        ),
+        click.option(
+            "--key-burst",
+            type=click.IntRange(min=1),
+            help="Multi-resource mode: requests one key may send at once before the rate "
+            "applies (default: 10 seconds of --key-rate).",
+        ),
+        click.option(
+            "--quota-memories",
+            type=click.IntRange(min=1),
+            help="Multi-resource mode: memories one resource may store (a write past it gets 429).",
+        ),
+        click.option(
+            "--quota-bytes",
+            type=click.IntRange(min=1),
+            help="Multi-resource mode: bytes of memory content one resource may store.",
+        ),
+    ]
+
+    def with_limits(
+        *args: Any,
+        key_rate: int,
+        key_burst: int | None,
+        quota_memories: int | None,
+        quota_bytes: int | None,
+        **kwargs: Any,
+    ) -> Any:
+        kwargs["limits"] = LimitFlags(key_rate or None, key_burst, quota_memories, quota_bytes)
+        return command(*args, **kwargs)
+
+    functools.update_wrapper(with_limits, command)
+    decorated: Callable[..., Any] = with_limits
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated
+
+
+@dataclass(frozen=True, slots=True)
+class LimitFlags:
+    """The limit flags as given (``popagent.keys.Limits.of`` checks and builds them:
+    the CLI's start imports no driver)."""
+
+    key_rate: int | None
+    key_burst: int | None
+    quota_memories: int | None
+    quota_bytes: int | None
+
+    def limits(self) -> Limits:
+        from ..keys import Limits
+
+        return Limits.of(
+            requests_per_minute=self.key_rate,
+            burst=self.key_burst,
+            max_memories=self.quota_memories,
+            max_bytes=self.quota_bytes,
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,7 +27,10 @@ from ..connection import connect
 from ..defaults import DEFAULT_HOST, TOKEN_FILE_ENV
 from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
 from ..embed import configured_embedder
-from .common import Settings, exit_codes
+from .common import LimitFlags, Settings, exit_codes, limit_options
+
+if TYPE_CHECKING:
+    from ..keys import Limits
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
 
@@ -63,6 +66,7 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
     is_flag=True,
     help="HTTP: serve every resource; each request's from its API key (`popagent keys`).",
 )
+@limit_options
 @click.pass_context
 def mcp_command(
     ctx: click.Context,
@@ -71,6 +75,7 @@ def mcp_command(
     port: int,
     token_file: str | None,
     multi_resource: bool,
+    limits: LimitFlags,
 ) -> None:
     """Serve this resource's memory as MCP tools (remember, recall, list_facts,
     forget_fact, list_episodes, get_episode)."""
@@ -81,6 +86,7 @@ def mcp_command(
         token: str | None = None
         if multi_resource and transport != "http":
             raise click.UsageError("--multi-resource: needs --transport http")
+        checked = limits.limits()  # a bad combination exits with 2 before anything starts
         if transport == "http":
             token = load_token(token_file)
             if not multi_resource:  # then every request needs an API key anyway
@@ -92,7 +98,7 @@ def mcp_command(
             except OSError as exc:
                 raise click.ClickException(f"cannot bind {host}:{port}: {exc.strerror}") from exc
         try:
-            asyncio.run(_serve(settings, resource_id, sock, token, multi_resource))
+            asyncio.run(_serve(settings, resource_id, sock, token, multi_resource, checked))
         except KeyboardInterrupt:
             pass
         finally:
@@ -132,6 +138,7 @@ async def _serve(
     sock: socket.socket | None,
     token: str | None,
     multi_resource: bool = False,
+    limits: Limits | None = None,
 ) -> None:
     task = asyncio.current_task()
     assert task is not None
@@ -140,7 +147,9 @@ async def _serve(
     # Before the database is opened: a SIGTERM during start-up stops it as well.
     loop.add_signal_handler(signal.SIGTERM, termination)
     try:
-        await _serve_until_done(settings, resource_id, sock, token, termination, multi_resource)
+        await _serve_until_done(
+            settings, resource_id, sock, token, termination, multi_resource, limits
+        )
     except asyncio.CancelledError:
         if not termination.fired:
             raise
@@ -156,6 +165,7 @@ async def _serve_until_done(
     token: str | None,
     termination: _Termination,
     multi_resource: bool = False,
+    limits: Limits | None = None,
 ) -> None:
     from ..mcp import MCP_PATH, MemoryServer, http_server, serve_stdio
 
@@ -172,7 +182,7 @@ async def _serve_until_done(
         await memory.warm_up()
         if not multi_resource:
             memory.watch_vectors(resource_id)
-        server = MemoryServer(memory, resource_id, multi_resource=multi_resource)
+        server = MemoryServer(memory, resource_id, multi_resource=multi_resource, limits=limits)
         if sock is None:
             _note(f"serving resource {resource_id!r} over stdio")
             await serve_stdio(server)

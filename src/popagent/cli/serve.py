@@ -34,7 +34,7 @@ from ..errors import PopagentError, SecretKeyError, ValidationError
 from ..secrets import SecretCipher
 from ..web.config import ServerConfig
 from ..web.middleware import startup_failure
-from .common import Settings, exit_codes, secret_cipher
+from .common import LimitFlags, Settings, exit_codes, limit_options, secret_cipher
 from .startup import check_port, describe_database, say, when_ready
 
 __all__ = ["serve_command"]
@@ -83,29 +83,12 @@ WORKER_HEALTHCHECK_S = 30
     "(`popagent keys create`); the token, if any, is the operator's (keys only).",
 )
 @click.option(
-    "--key-rate",
-    type=click.IntRange(min=0),
-    default=1200,
-    show_default=True,
-    help="Multi-resource mode: requests one API key may make per minute (429 past it); "
-    "0: no limit.",
-)
-@click.option(
-    "--quota-memories",
-    type=click.IntRange(min=1),
-    help="Multi-resource mode: memories one resource may store (a write past it gets 429).",
-)
-@click.option(
-    "--quota-bytes",
-    type=click.IntRange(min=1),
-    help="Multi-resource mode: bytes of memory content one resource may store.",
-)
-@click.option(
     "--log-level",
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
+@limit_options
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -116,10 +99,8 @@ def serve_command(
     maintenance_interval: float,
     workers: int | None,
     multi_resource: bool,
-    key_rate: int,
-    quota_memories: int | None,
-    quota_bytes: int | None,
     log_level: str,
+    limits: LimitFlags,
 ) -> None:
     """Serve the management API, the web GUI and chat for this resource.
 
@@ -139,6 +120,7 @@ def serve_command(
         if not multi_resource:  # in multi-resource mode every request needs a key anyway
             require_token_for(host, token)
         allowed = parse_allowed_hosts(allowed_hosts)
+        limits.limits()  # a bad combination exits with 2 before anything starts
         embedder = configured_embedder()
     check_port(host, port)
     served_resources = (
@@ -166,9 +148,10 @@ def serve_command(
         maintenance_interval_s=maintenance_interval * 3600 if maintenance_interval else None,
         allowed_hosts=allowed,
         multi_resource=multi_resource,
-        key_requests_per_minute=key_rate or None,
-        quota_memories=quota_memories,
-        quota_bytes=quota_bytes,
+        key_requests_per_minute=limits.key_rate,
+        key_burst=limits.key_burst,
+        quota_memories=limits.quota_memories,
+        quota_bytes=limits.quota_bytes,
     )
     if _is_wildcard(host) and not allowed:
         log.warning(

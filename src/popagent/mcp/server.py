@@ -14,6 +14,8 @@ Invariants:
   (by default one ``AuditHook``): the same ``popagent_audit`` rows as a tool
   call inside a turn, without content. The rows are written before the result
   is sent, so a client that reads the audit log after a call finds them.
+- In multi-resource mode a call that would add content to a resource at its
+  storage quota (``popagent.keys.Limits``) is refused, audited, before it runs.
 - Refused and failed calls are MCP tool results with ``isError: true`` and the
   runner's message, never protocol errors: the model reads why.
 
@@ -43,10 +45,10 @@ from ..agent.hooks import Hook, HookSet
 from ..agent.runner import ToolRunner
 from ..agent.tools import ToolContext, ToolOutcome
 from ..checks import check_id
-from ..keys import Principal
+from ..keys import KeyStore, Limits, Principal
 from ..memory.longterm import LongTermMemory
 from ..models import Provenance
-from ..store.tenant import serving
+from ..store.tenant import bypass, serving
 from .episodes import GetEpisodeTool, ListEpisodesTool
 from .guidance import SERVER_INSTRUCTIONS
 from .shapes import StructuredSlot
@@ -124,18 +126,26 @@ class MemoryServer:
         *,
         hooks: Sequence[Hook] | None = None,
         multi_resource: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self.memory = memory
         self.resource_id = check_id("resource_id", resource_id)
         #: Over HTTP, each call's resource is the one of the request's API key
         #: (``transport.KeyGate``); ``resource_id`` is then unused.
         self.multi_resource = multi_resource
+        #: Multi-resource mode: each key's request rate (``transport.KeyGate``) and
+        #: each resource's storage quotas (checked here, before a tool that adds content).
+        self.limits = limits or Limits()
         self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
         self.session_id = f"{SESSION_PREFIX}{uuid.uuid4()}"
         listed = memory_tools(StructuredSlot())
         self._listing = [_describe(tool) for tool in listed]
         self._schemas = {tool.name: tool.spec.parameters for tool in listed}
         self._read_only = frozenset(tool.name for tool in listed if tool.hints.read_only)
+        # Neither read-only nor a deletion: remember, restore_fact.
+        self._adds_content = frozenset(
+            tool.name for tool in listed if not (tool.hints.read_only or tool.hints.destructive)
+        )
         self.lowlevel: Server[Any] = Server(
             SERVER_NAME,
             version=__version__,
@@ -169,6 +179,15 @@ class MemoryServer:
             if not principal.allows("write") and name not in self._read_only:
                 return _refused(f"this key's scope ({principal.scope}) runs read-only tools only")
             resource_id = principal.resource_id
+            if name in self._adds_content and self.limits.has_quota:
+                keys = KeyStore(self.memory.pool)
+                # The access audit is a credential table, never the tenant's (store.tenant).
+                with bypass("keys"):
+                    full = await keys.over_quota(resource_id, self.limits)
+                    if full is not None:
+                        await keys.audit_refusal(principal, "quota", method="POST", path=name)
+                if full is not None:
+                    return _refused(full + "; forget facts to make room")
         slot = StructuredSlot()
         runner = ToolRunner(memory_tools(slot), self.hooks)
         ctx = ToolContext(

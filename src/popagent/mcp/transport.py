@@ -29,15 +29,17 @@ from mcp.server.stdio import stdio_server
 from ..access import (
     ASGIApp,
     BearerTokenMiddleware,
+    Message,
     Receive,
     Scope,
     Send,
     require_token_for,
+    send_rate_limited,
     send_unauthorized,
 )
 from ..defaults import DEFAULT_HOST
 from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
-from ..keys import KeyStore
+from ..keys import KeyStore, Limits, pace_refusal
 from ..store.tenant import serving
 from .lines import LineScreen, claimed_stdin
 from .server import MemoryServer
@@ -84,7 +86,7 @@ def http_app(server: MemoryServer, *, host: str, token: str | None) -> ASGIApp:
     """
     app = server.lowlevel.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     if server.multi_resource:
-        return KeyGate(app, KeyStore(server.memory.pool))
+        return KeyGate(app, KeyStore(server.memory.pool), server.limits)
     require_token_for(host, token)
     return BearerTokenMiddleware(app, token)
 
@@ -92,13 +94,19 @@ def http_app(server: MemoryServer, *, host: str, token: str | None) -> ASGIApp:
 class KeyGate:
     """Multi-resource mode: every HTTP request needs a live API key (``popagent.keys``);
     its principal goes into ``scope["state"]["principal"]``, where ``MemoryServer``
-    takes each tool call's resource and scope from. Anything else gets 401."""
+    takes each tool call's resource and scope from. Anything else gets 401; a key
+    past the rate of ``limits`` (the same token bucket as ``popagent serve``'s) gets 429 with
+    ``Retry-After``, audited by the statement that found the bucket empty."""
 
-    def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyStore, limits: Limits | None = None) -> None:
         self.app = app
         self.keys = keys
+        self.limits = limits or Limits()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._closing(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -107,10 +115,14 @@ class KeyGate:
         principal = None
         if scheme.lower() == "bearer":
             principal = await self.keys.authenticate(
-                key.strip(), method=scope.get("method"), path=MCP_PATH
+                key.strip(), method=scope.get("method"), path=MCP_PATH, rate=self.limits.rate
             )
         if principal is None:
             await send_unauthorized(send, "missing, wrong, expired or revoked API key")
+            return
+        if principal.retry_after_s is not None:
+            wait = await pace_refusal(principal)
+            await send_rate_limited(send, self.limits.rate_message(), wait)
             return
         scope.setdefault("state", {})["principal"] = principal
         # The request's connections are confined to the key's resource (``store.tenant``).
@@ -119,6 +131,17 @@ class KeyGate:
         assert principal.resource_id is not None
         with serving(principal.resource_id):
             await self.app(scope, receive, send)
+
+    def _closing(self, send: Send) -> Send:
+        """``send`` that, at shutdown, first audits the refusals the key store answered
+        without the database (``popagent.keys``)."""
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await self.keys.aclose()
+            await send(message)
+
+        return closing
 
 
 def bind(host: str, port: int) -> socket.socket:

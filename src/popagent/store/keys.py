@@ -7,8 +7,9 @@ Invariants:
   by resource: these are the tables a request is authenticated against before
   its resource is known (reference tables under Citus, docs/scaling.md).
 - ``AUTHENTICATE_KEY`` checks revocation and expiry, counts the use and spends
-  from the key's rate bucket in the same statement: a revoked key is refused by
-  the next request in any process, and every process spends from one bucket.
+  from the key's rate bucket in the same statement (``SPEND_KEY`` for a GUI
+  login's key): a revoked key is refused by the next request in any process,
+  and every process spends from one bucket.
 - Nothing here stores or returns a key, a login cookie or memory content.
 """
 
@@ -32,9 +33,10 @@ __all__ = [
     "LIST_KEYS",
     "LOOKUP_LOGIN",
     "RECORD_FAILURE",
-    "RESOURCE_BYTES",
-    "RESOURCE_MEMORIES",
+    "RECORD_REFUSALS",
+    "RESOURCE_USAGE",
     "REVOKE_KEY",
+    "SPEND_KEY",
     "audit_access",
     "authenticate_key",
     "check_failures",
@@ -46,9 +48,10 @@ __all__ = [
     "list_keys",
     "lookup_login",
     "record_failure",
-    "resource_bytes",
-    "resource_memories",
+    "record_refusals",
+    "resource_usage",
     "revoke_key",
+    "spend_key",
 ]
 
 KEY_COLUMNS = (
@@ -83,6 +86,7 @@ WITH revoked AS (
 SELECT * FROM revoked
 """
 
+
 # The use is counted with synchronous_commit off for this statement's own
 # transaction: a counter lost in a crash costs nothing, a WAL flush per request would.
 # The rate limit is a token bucket on the key's row (migration 0017): ``found``
@@ -90,17 +94,22 @@ SELECT * FROM revoked
 # bucket), ``used`` takes a token when there is one. After waiting on the lock the
 # row is read again, so concurrent requests of one key, in any process, spend
 # tokens one after another. ``now()`` of a request that waited may precede the
-# bucket's time; the bucket then neither refills nor goes back in time.
-AUTHENTICATE_KEY = """
-WITH found AS (
-    SELECT id,
+# bucket's time; the bucket then neither refills nor goes back in time. A request
+# that found no token is audited (``rate_limited``) by the same statement: a
+# refusal costs one round trip, which matters when a client ignores Retry-After.
+def _spend(where: str) -> str:
+    """The CTEs ``found``, ``used`` and ``limited`` for the live key that ``where``
+    (over ``popagent_api_keys``) selects; ``used`` returns ``id``, ``allowed`` and
+    ``retry_after_s``."""
+    return f"""found AS (
+    SELECT id, resource_id, scope,
            CASE WHEN %(rate)s::float8 IS NULL THEN NULL
                 ELSE least(%(burst)s::float8, coalesce(
                     rate_tokens + %(rate)s::float8
                         * greatest(0, extract(epoch FROM now() - rate_at))::float8,
                     %(burst)s::float8)) END AS tokens
     FROM popagent_api_keys
-    WHERE key_sha256 = %(key_sha256)s
+    WHERE {where}
       AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
     FOR UPDATE
 ), used AS (
@@ -115,25 +124,47 @@ WITH found AS (
       AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
     RETURNING k.id, f.tokens >= 1 AS allowed,
               (1 - f.tokens) / %(rate)s::float8 AS retry_after_s
-)
+), limited AS (
+    INSERT INTO popagent_access_audit (event, resource_id, key_id, scope, reason, method, path)
+    SELECT 'refused', f.resource_id, f.id, f.scope, 'rate_limited', %(method)s, %(path)s
+    FROM found f JOIN used u ON u.id = f.id
+    WHERE NOT u.allowed
+)"""
+
+
+AUTHENTICATE_KEY = f"""
+WITH {_spend("key_sha256 = %(key_sha256)s")}
 SELECT k.id, k.resource_id, k.scope, u.id IS NOT NULL AS live,
        k.revoked_at IS NOT NULL AS revoked, u.allowed, u.retry_after_s
 FROM popagent_api_keys k LEFT JOIN used u ON true
 WHERE k.key_sha256 = %(key_sha256)s
 """
 
-#: The resource's stored memories, for the storage quota: recall's statistics keep
-#: the count (store/recall_stats.py), so this is one primary-key lookup.
-RESOURCE_MEMORIES = """
-SELECT documents FROM popagent_resource_stats WHERE resource_id = %(resource_id)s
+#: A request of a GUI login made with a key spends from that key's bucket, as the
+#: key's own requests do (no row: the key is no longer live).
+SPEND_KEY = f"""
+WITH {_spend("id = %(key_id)s")}
+SELECT allowed, retry_after_s FROM used
 """
 
-#: The bytes of the resource's memory content, for the byte quota. No statistic
-#: holds it, so this reads every memory of the resource: it runs only when a byte
-#: quota is configured (docs/server.md).
-RESOURCE_BYTES = """
-SELECT coalesce(sum(octet_length(content)), 0) AS bytes
-FROM popagent_memories WHERE resource_id = %(resource_id)s
+#: Refusals a server process answered itself, from a bucket it knew to be empty
+#: (``popagent.keys``): counted as uses of the key and audited, one row each, in
+#: one statement per key, method and route.
+RECORD_REFUSALS = """
+WITH counted AS (
+    UPDATE popagent_api_keys SET use_count = use_count + %(n)s WHERE id = %(key_id)s
+)
+INSERT INTO popagent_access_audit (event, resource_id, key_id, scope, reason, method, path)
+SELECT 'refused', %(resource_id)s, %(key_id)s, %(scope)s, 'rate_limited', %(method)s, %(path)s
+FROM generate_series(1, %(n)s)
+"""
+
+#: The resource's stored memories and the bytes of their content, for the storage
+#: quotas: recall's statistics keep both (store/recall_stats.py, migrations 0004
+#: and 0019), so this is one primary-key lookup however large the resource.
+RESOURCE_USAGE = """
+SELECT documents AS memories, content_bytes AS bytes
+FROM popagent_resource_stats WHERE resource_id = %(resource_id)s
 """
 
 INSERT_LOGIN = """
@@ -247,33 +278,79 @@ async def authenticate_key(
     *,
     rate_per_s: float | None = None,
     burst: int | None = None,
+    method: str | None = None,
+    path: str | None = None,
 ) -> dict[str, Any] | None:
     """The key with this hash (``id``, ``resource_id``, ``scope``, ``live``, ``revoked``),
     its use counted when live; ``None`` when no key has it. With ``rate_per_s`` and
     ``burst``, a live key's request also takes a token from its bucket: ``allowed``
     says whether there was one, ``retry_after_s`` how long until there is (both
-    ``None`` without a rate)."""
-    if (rate_per_s is None) != (burst is None):
-        raise ValueError("give both rate_per_s and burst, or neither")
+    ``None`` without a rate); a request without one is audited as ``rate_limited``
+    with ``method`` and ``path``."""
     cur = await conn.execute(
-        AUTHENTICATE_KEY, {"key_sha256": key_sha256, "rate": rate_per_s, "burst": burst}
+        AUTHENTICATE_KEY, _bucket(rate_per_s, burst, method, path, key_sha256=key_sha256)
     )
     return await cur.fetchone()
 
 
-async def resource_memories(conn: Conn, resource_id: str) -> int:
-    """How many memories ``resource_id`` stores (0 for a resource with none)."""
-    cur = await conn.execute(RESOURCE_MEMORIES, {"resource_id": resource_id})
-    row = await cur.fetchone()
-    return 0 if row is None else int(row["documents"])
+async def spend_key(
+    conn: Conn,
+    key_id: int,
+    *,
+    rate_per_s: float,
+    burst: int,
+    method: str | None = None,
+    path: str | None = None,
+) -> dict[str, Any] | None:
+    """Count a use of live key ``key_id`` and take a token from its bucket, as
+    ``authenticate_key`` does (``allowed``, ``retry_after_s``); ``None`` when the
+    key is not live."""
+    cur = await conn.execute(SPEND_KEY, _bucket(rate_per_s, burst, method, path, key_id=key_id))
+    return await cur.fetchone()
 
 
-async def resource_bytes(conn: Conn, resource_id: str) -> int:
-    """The bytes of ``resource_id``'s memory content (reads all its memories)."""
-    cur = await conn.execute(RESOURCE_BYTES, {"resource_id": resource_id})
+def _bucket(
+    rate_per_s: float | None,
+    burst: int | None,
+    method: str | None,
+    path: str | None,
+    **key: Any,
+) -> dict[str, Any]:
+    if (rate_per_s is None) != (burst is None):
+        raise ValueError("give both rate_per_s and burst, or neither")
+    return {"rate": rate_per_s, "burst": burst, "method": method, "path": path, **key}
+
+
+async def record_refusals(
+    conn: Conn,
+    *,
+    key_id: int,
+    resource_id: str | None,
+    scope: str,
+    method: str | None,
+    path: str | None,
+    n: int,
+) -> None:
+    """Count ``n`` uses of key ``key_id`` and audit each as refused (``rate_limited``)."""
+    await conn.execute(
+        RECORD_REFUSALS,
+        {
+            "key_id": key_id,
+            "resource_id": resource_id,
+            "scope": scope,
+            "method": method,
+            "path": path,
+            "n": n,
+        },
+    )
+
+
+async def resource_usage(conn: Conn, resource_id: str) -> tuple[int, int]:
+    """How many memories ``resource_id`` stores and the bytes of their content
+    (``(0, 0)`` for a resource with none)."""
+    cur = await conn.execute(RESOURCE_USAGE, {"resource_id": resource_id})
     row = await cur.fetchone()
-    assert row is not None
-    return int(row["bytes"])
+    return (0, 0) if row is None else (int(row["memories"]), int(row["bytes"]))
 
 
 async def insert_login(

@@ -138,7 +138,7 @@ WITH written AS (
     FROM unnest(%(session_ids)s::text[], %(contents)s::text[], %(shas)s::text[],
                 %(created)s::timestamptz[]) AS t(session_id, content, sha, created_at)
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
-    RETURNING resource_id, search_vector
+    RETURNING resource_id, search_vector, content
 ), {counted("written", 1)}
 SELECT count(*) AS inserted FROM written
 """
@@ -415,7 +415,7 @@ WITH gone AS (
     WHERE resource_id = %(resource_id)s
       AND (%(kind)s::text IS NULL OR kind = %(kind)s)
       AND (%(older_than)s::timestamptz IS NULL OR created_at < %(older_than)s)
-    RETURNING resource_id, id, kind, search_vector
+    RETURNING resource_id, id, kind, search_vector, content
 ), {counted("gone", -1)}, history AS (
     DELETE FROM popagent_fact_versions v
     WHERE v.resource_id = %(resource_id)s
@@ -557,7 +557,7 @@ MAINTENANCE_LOCK_ID = 7_312_104_118_002
 
 # Each counts what it deleted in recall's statistics (``store.recall_stats``).
 _GONE_COUNTED = f"""
-    RETURNING m.resource_id, m.search_vector
+    RETURNING m.resource_id, m.search_vector, m.content
 ), {counted("gone", -1)}
 SELECT count(*) AS deleted FROM gone
 """

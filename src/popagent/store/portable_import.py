@@ -710,7 +710,7 @@ WITH written AS (
     SELECT %(resource_id)s, f.new_id, f.session_id, 'fact', f.key, f.content, f.sha,
            f.importance, f.expires_at, {_provenance("f")}, f.version, f.created_at, f.updated_at
     FROM import_fact f WHERE f.new_id IS NOT NULL ORDER BY f.new_id
-    RETURNING resource_id, id, search_vector
+    RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
 SELECT count(*) AS n FROM written
 """
@@ -775,7 +775,7 @@ WITH written AS (
            {_provenance("e")}, e.created_at, e.created_at
     FROM import_episode e ORDER BY e.created_at, e.id
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
-    RETURNING resource_id, id, search_vector
+    RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
 SELECT count(*) AS n FROM written
 """
@@ -869,7 +869,7 @@ WITH written AS (
            coalesce(created_at, now()), coalesce(updated_at, created_at, now())
     FROM import_mem0 ORDER BY position
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
-    RETURNING resource_id, id, search_vector
+    RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
 SELECT count(*) AS n FROM written
 """

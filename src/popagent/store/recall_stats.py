@@ -2,7 +2,8 @@
 
 ``popagent_resource_stats`` and ``popagent_lexeme_stats`` (migration 0004) hold
 what BM25 needs to know of a resource: its memories and their summed lengths,
-and per lexeme how many of its memories hold it. Invariant: after every
+and per lexeme how many of its memories hold it; since migration 0019 also the
+bytes of the resource's memory content (the storage quota's one-row lookup). Invariant: after every
 statement of ``store/`` both equal a full count of ``popagent_memories`` (a
 lexeme whose count fell to 0 may remain with 0); ``tests/test_recall_statistics.py``
 checks every write path against a recount.
@@ -34,7 +35,7 @@ def counted(rows: str, sign: int, *, where: str = "true", name: str = "counted")
     """Two CTEs (to follow ``rows`` in a ``WITH`` list) that count the rows of CTE ``rows``
     in the statistics: ``sign`` 1 for rows inserted, -1 for rows deleted.
 
-    ``rows`` must return ``resource_id`` and ``search_vector``; ``where`` (over its
+    ``rows`` must return ``resource_id``, ``search_vector`` and ``content``; ``where`` (over its
     alias ``r``) selects the rows to count, e.g. the inserted ones of an upsert. The
     CTEs are named ``{name}_resources`` and ``{name}_lexemes``.
     """
@@ -42,14 +43,16 @@ def counted(rows: str, sign: int, *, where: str = "true", name: str = "counted")
         raise ValueError("sign is 1 (inserted rows) or -1 (deleted rows)")
     minus = "-" if sign < 0 else ""
     return f"""{name}_resources AS (
-    INSERT INTO popagent_resource_stats AS s (resource_id, documents, total_length)
-    SELECT r.resource_id, {minus}count(*), {minus}coalesce(sum(length(r.search_vector)), 0)
+    INSERT INTO popagent_resource_stats AS s (resource_id, documents, total_length, content_bytes)
+    SELECT r.resource_id, {minus}count(*), {minus}coalesce(sum(length(r.search_vector)), 0),
+           {minus}coalesce(sum(octet_length(r.content)), 0)
     FROM {rows} r
     WHERE {where}
     GROUP BY r.resource_id ORDER BY r.resource_id
     ON CONFLICT (resource_id) DO UPDATE
     SET documents = s.documents + EXCLUDED.documents,
-        total_length = s.total_length + EXCLUDED.total_length
+        total_length = s.total_length + EXCLUDED.total_length,
+        content_bytes = s.content_bytes + EXCLUDED.content_bytes
     RETURNING s.resource_id
 ), {name}_lexemes AS (
     INSERT INTO popagent_lexeme_stats AS s (resource_id, lexeme, documents)

@@ -24,7 +24,7 @@ from .. import __version__
 from ..access import AllowedHosts, HostGuard
 from ..agent import build_agent
 from ..connection import CONFIGURED, EmbedderChoice, connect
-from ..keys import KeyStore
+from ..keys import KeyStore, Limits
 from ..llm import ModelSettings, OpenAIChatModel
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
@@ -121,13 +121,16 @@ def create_app(
                 )
                 scheduler.start()
                 stack.push_async_callback(scheduler.aclose)
+            keys = KeyStore(mem.pool)
+            # Audits the refusals it answered without the database (popagent.keys).
+            stack.push_async_callback(keys.aclose)
             svc = Services(
                 config=config,
                 memory=mem,
                 threads=ThreadStore(mem.pool),
                 settings=MemorySettingsStore(mem.pool),
                 agent=agent,
-                keys=KeyStore(mem.pool),
+                keys=keys,
                 logins=LoginStore(
                     mem.pool,
                     LoginLimits(
@@ -173,9 +176,12 @@ def create_app(
         token=config.token,
         resource_id=config.resource_id,
         multi_resource=config.multi_resource,
-        key_requests_per_minute=config.key_requests_per_minute,
-        quota_memories=config.quota_memories,
-        quota_bytes=config.quota_bytes,
+        limits=Limits.of(
+            requests_per_minute=config.key_requests_per_minute,
+            burst=config.key_burst,
+            max_memories=config.quota_memories,
+            max_bytes=config.quota_bytes,
+        ),
     )
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)

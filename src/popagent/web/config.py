@@ -10,20 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RESOURCE
+from ..defaults import DEFAULT_HOST, DEFAULT_KEY_RATE, DEFAULT_PORT, DEFAULT_RESOURCE
 
 # The login defaults, here so that ``web.config`` stays importable without the driver.
 LOGIN_TTL_S = 12 * 3600.0
 LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 300.0
-KEY_REQUESTS_PER_MINUTE = 1200
 
 __all__ = [
     "BODY_TIMEOUT_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
-    "KEY_REQUESTS_PER_MINUTE",
     "MAX_BODY_BYTES",
     "ServerConfig",
 ]
@@ -64,8 +62,10 @@ class ServerConfig:
     login_failures: int = LOGIN_FAILURES
     login_window_s: float = LOGIN_WINDOW_S
     #: Multi-resource mode: requests one key may make per minute (429 past it);
-    #: ``None``: no limit.
-    key_requests_per_minute: int | None = KEY_REQUESTS_PER_MINUTE
+    #: ``None``: no limit. ``key_burst``: how many it may send at once (default:
+    #: ``popagent.keys.BURST_SECONDS`` of the rate).
+    key_requests_per_minute: int | None = DEFAULT_KEY_RATE
+    key_burst: int | None = None
     #: Multi-resource mode: memories, and bytes of their content, one resource may
     #: store; a write past either gets 429. ``None``: no quota.
     quota_memories: int | None = None

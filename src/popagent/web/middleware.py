@@ -14,9 +14,13 @@ Invariants:
   browser; ``web.logins``: the cookie holds a random login id, never the token).
 - In multi-resource mode every such route needs an API key (its resource and
   scope, ``popagent.keys``) or the operator token, which reaches only the key
-  routes; what a credential's scope does not allow gets 403, audited.
+  routes; what a credential's scope does not allow gets 403, audited (JSON on
+  the API, the GUI's error page elsewhere).
 - A key past its rate (a token bucket on its row, ``popagent.keys.RateLimit``,
-  shared by every process) gets 429 with ``Retry-After``, audited.
+  shared by every process; a GUI login made with a key spends from the key's)
+  gets 429 with ``Retry-After`` (held back until its next token is due, at most
+  a second: ``popagent.keys.pace_refusal``), audited; so does a write that adds content to
+  a resource at its storage quota (``popagent.keys.Limits``).
 - A request that names a resource (query parameter or header) is refused with
   422: the resource is the server's, and silently ignoring the name would let
   a client believe it read another resource.
@@ -41,7 +45,6 @@ import asyncio
 import codecs
 import json
 import logging
-import math
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -51,12 +54,14 @@ from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
 import psycopg
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
 from ..access import AllowedHosts, bearer_matches, request_port
 from ..errors import PopagentError
-from ..keys import Principal, RateLimit
+from ..keys import Limits, Principal, pace_refusal
 from ..keys import Scope as KeyScope
 from ..store.tenant import serving
+from .gui.rendering import error_page
 from .logins import LOGIN_COOKIE
 
 __all__ = [
@@ -227,20 +232,14 @@ class TokenGate:
         *,
         resource_id: str = "",
         multi_resource: bool = False,
-        key_requests_per_minute: int | None = None,
-        quota_memories: int | None = None,
-        quota_bytes: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self.resource_id = resource_id
         self.multi_resource = multi_resource
-        self.key_requests_per_minute = key_requests_per_minute
-        #: The per-key token bucket (``popagent.keys.RateLimit``): a burst of
-        #: ``BURST_SECONDS`` of the rate, then the rate.
-        self.key_rate = RateLimit.of(key_requests_per_minute) if key_requests_per_minute else None
-        self.quota_memories = quota_memories
-        self.quota_bytes = quota_bytes
+        #: Multi-resource mode: each key's request rate and each resource's storage.
+        self.limits = limits or Limits()
 
     async def _principal(self, scope: Scope) -> tuple[Principal | None, bool]:
         """Who the request is, and whether it presented any credential at all."""
@@ -259,7 +258,7 @@ class TokenGate:
                         key.strip(),
                         method=scope["method"],
                         path=_route_of(scope["path"]),
-                        rate=self.key_rate,
+                        rate=self.limits.rate,
                     )
                     return found, True
             return None, True
@@ -269,41 +268,40 @@ class TokenGate:
         principal = await svc.logins.lookup(login)
         if principal is None:
             return None, True
-        if self.multi_resource:
-            # A login of the single-resource mode (the token, no key) is not valid here.
-            ok = principal.is_operator or principal.key_id is not None
-        else:
+        if not self.multi_resource:
             ok = principal.key_id is None and principal.resource_id == self.resource_id
-        return (principal if ok else None), True
+            return (principal if ok else None), True
+        # A login of the single-resource mode (the token, no key) is not valid here.
+        if not principal.is_operator and principal.key_id is None:
+            return None, True
+        if self.limits.rate is not None:
+            # A login made with a key spends from the key's bucket, as the key would.
+            spent = await svc.keys.spend(
+                principal, self.limits.rate, method=scope["method"], path=_route_of(scope["path"])
+            )
+            return spent, True
+        return principal, True
 
     async def _over_limit(self, scope: Scope, principal: Principal) -> tuple[str, str, int] | None:
-        """(audit reason, message, Retry-After seconds) when the key's bucket had no
-        token for this request, or the resource has used up its storage on a write
-        that adds content; else ``None``."""
-        rate = self.key_rate
-        if rate is not None and principal.retry_after_s is not None:
-            # Whole seconds, rounded up: a client that waits them finds a token.
-            wait = max(1, math.ceil(principal.retry_after_s))
-            return (
-                "rate_limited",
-                f"this key may make {rate.per_minute:,} requests a minute, "
-                f"in bursts of up to {rate.burst:,}",
-                wait,
-            )
+        """(reason, message, Retry-After seconds) when the key's bucket had no token
+        for this request (already audited by the statement that found it empty), or
+        the resource has used up its storage on a write that adds content; else
+        ``None``."""
+        if principal.retry_after_s is not None:
+            return "rate_limited", self.limits.rate_message(), await pace_refusal(principal)
         if (
             principal.resource_id is not None
-            and (self.quota_memories is not None or self.quota_bytes is not None)
+            and self.limits.has_quota
             and scope["method"] in ("POST", "PUT", "PATCH")
             and _ADDS_CONTENT.match(scope["path"])
         ):
-            message = await _usage_refusal(
-                scope["app"].state.services,
-                principal.resource_id,
-                self.quota_memories,
-                self.quota_bytes,
-            )
+            keys = scope["app"].state.services.keys
+            message = await keys.over_quota(principal.resource_id, self.limits)
             if message is not None:
-                return "quota", message + "; delete memories to make room", 3600
+                await keys.audit_refusal(
+                    principal, "quota", method=scope["method"], path=_route_of(scope["path"])
+                )
+                return "quota", message + "; delete memories to make room", QUOTA_RETRY_AFTER_S
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -345,15 +343,16 @@ class TokenGate:
             limited = await self._over_limit(scope, principal)
             if limited is not None:
                 why, message, retry_after = limited
-                await scope["app"].state.services.keys.audit_refusal(
-                    principal, why, method=scope["method"], path=_route_of(path)
-                )
-                await _send_json(
-                    send,
-                    429,
-                    _error("rate_limited" if why == "rate_limited" else "quota_exceeded", message),
-                    (b"retry-after", str(retry_after).encode()),
-                )
+                wait = (b"retry-after", str(retry_after).encode())
+                if api:
+                    error = "rate_limited" if why == "rate_limited" else "quota_exceeded"
+                    await _send_json(send, 429, _error(error, message), wait)
+                else:
+                    scope.setdefault("state", {})["principal"] = principal
+                    title = "Too many requests" if why == "rate_limited" else "Storage full"
+                    shown = error_page(Request(scope, receive), 429, title, message)
+                    shown.raw_headers.append(wait)
+                    await shown(scope, receive, send)
                 return
             reason = refusal(principal, scope["method"], path)
             if reason is not None:
@@ -365,7 +364,13 @@ class TokenGate:
                     if reason == "operator_reads_no_memory"
                     else f"this key's scope ({principal.scope}) does not allow this request"
                 )
-                await _send_json(send, 403, _error("forbidden", message))
+                if api:
+                    await _send_json(send, 403, _error("forbidden", message))
+                else:
+                    # A person in the GUI gets a page with the nav, not a JSON body.
+                    scope.setdefault("state", {})["principal"] = principal
+                    refused = error_page(Request(scope, receive), 403, "Forbidden", message)
+                    await refused(scope, receive, send)
                 return
         scope.setdefault("state", {})["principal"] = principal
         if not self.multi_resource or principal.resource_id is None:
@@ -382,20 +387,9 @@ _ADDS_CONTENT = re.compile(
 )
 
 
-async def _usage_refusal(
-    svc: Any, resource_id: str, quota_memories: int | None, quota_bytes: int | None
-) -> str | None:
-    # The count is one row of recall's statistics; the bytes are a scan of the
-    # resource's memories, run only when a byte quota is configured.
-    if quota_memories is not None:
-        memories = await svc.keys.memories(resource_id)
-        if memories >= quota_memories:
-            return f"this resource stores {memories:,} memories; its quota is {quota_memories:,}"
-    if quota_bytes is not None:
-        size = await svc.keys.content_bytes(resource_id)
-        if size >= quota_bytes:
-            return f"this resource stores {size:,} bytes of memories; its quota is {quota_bytes:,}"
-    return None
+#: Retry-After of a write refused by a storage quota: room comes back only when the
+#: resource deletes memories, so a client should not retry soon.
+QUOTA_RETRY_AFTER_S = 3600
 
 
 def needed_scope(method: str, path: str) -> KeyScope | None:
