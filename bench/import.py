@@ -14,7 +14,15 @@ prints, per file and version: seconds, MB/s and the peak resident memory of
 the importing process (``ru_maxrss`` of the subprocess and its own children,
 from ``wait4``), and memory over the file's size. A ``check`` row times the
 new code's per-line check alone (parse, checks, credential screen; no
-database) in this process: the bound the import cannot beat on one core. The
+database) in this process: the bound the import cannot beat on one core. A
+``floor`` row times PostgreSQL alone writing the same rows again, into another
+resource of the same database: the rows the new import wrote, dumped beforehand
+(``COPY ... TO``, not timed), are sent back with ``COPY`` into temporary tables
+and written with one ``INSERT ... SELECT`` per table (memories with recall's
+statistics counted as every write counts them, ``store.recall_stats``; every
+index, constraint and trigger of the tables firing), in one transaction,
+committed. No checks, no screen, no staging: the bound the database half of an
+import cannot beat on this machine. The
 first rows import a header-only file: each version's start (Python, the
 connection, the migrations) and its memory before any record. An import still
 running after ``--timeout`` seconds is stopped; its row says so, with the
@@ -52,6 +60,7 @@ from psycopg.conninfo import make_conninfo
 
 from popagent.portable.importer import check_batch
 from popagent.store.embedded import EmbeddedServer
+from popagent.store.recall_stats import counted
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 2718
@@ -452,6 +461,87 @@ def check_only(path: Path) -> float:
     return time.perf_counter() - started
 
 
+#: The tables an import writes, in the order their foreign keys need.
+FLOOR_TABLES = (
+    "popagent_sessions",
+    "popagent_turns",
+    "popagent_messages",
+    "popagent_observation_logs",
+    "popagent_observation_groups",
+    "popagent_observation_actors",
+    "popagent_memories",
+    "popagent_fact_versions",
+    "popagent_secrets",
+)
+
+
+def _as_resource(conn: psycopg.Connection[Any], resource: str) -> None:
+    """Row-level security (migration 0018) shows a role that is not the tables' owner
+    one resource's rows: this transaction's."""
+    conn.execute("SELECT set_config('popagent.resource_id', %s, true)", (resource,))
+
+
+def floor(url: str, source: str, target: str) -> tuple[float, float]:
+    """Seconds PostgreSQL takes to write the rows of resource ``source`` again into
+    ``target`` (module doc), and of them the seconds of the ``COPY`` into temporary
+    tables. The rows keep their ids: every key of these tables leads with the resource."""
+    with psycopg.connect(url) as conn:
+        columns: dict[str, list[str]] = {}
+        dumps: dict[str, bytes] = {}
+        with conn.transaction():
+            _as_resource(conn, source)
+            for name in FLOOR_TABLES:
+                cur = conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    "AND is_generated = 'NEVER' AND column_name <> 'resource_id' "
+                    "ORDER BY ordinal_position",
+                    (name,),
+                )
+                columns[name] = [row[0] for row in cur.fetchall()]
+                listed = sql.SQL(", ").join(map(sql.Identifier, columns[name]))
+                dump = sql.SQL("COPY (SELECT {} FROM {} WHERE resource_id = {}) TO STDOUT")
+                data = bytearray()
+                with conn.cursor().copy(
+                    dump.format(listed, sql.Identifier(name), sql.Literal(source))
+                ) as copy:
+                    for chunk in copy:
+                        data += chunk
+                dumps[name] = bytes(data)
+        started = time.perf_counter()
+        with conn.transaction():
+            _as_resource(conn, target)
+            for name in FLOOR_TABLES:
+                listed = sql.SQL(", ").join(map(sql.Identifier, columns[name]))
+                staged = sql.Identifier(f"floor_{name}")
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA"
+                    ).format(staged, listed, sql.Identifier(name))
+                )
+                with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(staged)) as copy:
+                    copy.write(dumps[name])
+            copied = time.perf_counter() - started
+            for name in FLOOR_TABLES:
+                listed = sql.SQL(", ").join(map(sql.Identifier, columns[name]))
+                insert = sql.SQL(
+                    "INSERT INTO {} (resource_id, {}) OVERRIDING SYSTEM VALUE SELECT {}, {} FROM {}"
+                ).format(
+                    sql.Identifier(name),
+                    listed,
+                    sql.Literal(target),
+                    listed,
+                    sql.Identifier(f"floor_{name}"),
+                )
+                if name == "popagent_memories":
+                    insert = sql.SQL(
+                        "WITH written AS ({} RETURNING resource_id, search_vector, content), "
+                        + counted("written", 1)
+                        + " SELECT count(*) FROM written"
+                    ).format(insert)
+                conn.execute(insert)
+        return time.perf_counter() - started, copied
+
+
 def table(rows: list[dict[str, Any]]) -> None:
     keys = ["file_MB", "records", "code", "seconds", "MB/s", "peak_RSS_MB", "RSS/file", "result"]
     cells = [[str(r.get(k, "")) for k in keys] for r in rows]
@@ -542,6 +632,20 @@ def main() -> None:
                         }
                     )
                     print(json.dumps(rows[-1]), flush=True)
+                if got["ok"] != "ok":
+                    continue  # the floor writes again what the new import wrote
+                seconds, copied = floor(new_url, f"bench-{megabytes}", f"floor-{megabytes}")
+                rows.append(
+                    {
+                        **base,
+                        "code": "floor",
+                        "seconds": f"{seconds:.1f}",
+                        "MB/s": f"{size_mb / seconds:.2f}",
+                        "result": f"PostgreSQL alone: the same rows written again "
+                        f"(COPY {copied:.1f} s, then INSERT ... SELECT)",
+                    }
+                )
+                print(json.dumps(rows[-1]), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()

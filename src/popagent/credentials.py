@@ -70,8 +70,12 @@ card numbers) skip the rest of a run once one start has failed, and every
 other repetition is bounded. Case-insensitive detectors read a lower-cased
 copy of the text (the same length, so offsets are shared; values are always
 read from the text itself), and each detector runs only when a word it
-needs occurs in the text. ``bench/screening.py`` measures adversarial input
-of each kind at 1, 8 and 32 KB.
+needs occurs in the text (the token shapes too: each holds a literal such as
+``ghp_`` or ``AKIA``); which words occur is found for every detector in one
+pass over the text (``_Triggers``), which is most of the cost on ordinary
+text. ``bench/screening.py`` measures adversarial input of each kind at 1, 8
+and 32 KB; ``tests/test_credentials_gates.py`` checks that the gates change
+no finding.
 """
 
 from __future__ import annotations
@@ -213,6 +217,36 @@ _SLACK_HOOK = r"https://hooks\.slack\.com/services/T[A-Za-z0-9]++/B[A-Za-z0-9]++
 # Telegram bot tokens: not after a word character or a colon.
 _TELEGRAM = r"\d(?<![\w:]\d)\d{7,9}:AA[A-Za-z0-9_-]{33}(?![\w-])"
 
+# A literal that every match of ``_SHAPES`` or ``_SLACK_HOOK`` holds, shape by shape
+# (the gate of the token shapes' detector; ``tests/test_credentials_gates.py``
+# checks that each shape's examples hold one).
+_SHAPE_WORDS = (
+    "sk-",
+    *(f"gh{letter}_" for letter in "pousr"),
+    "github_pat_",
+    "glpat-",
+    "AKIA",
+    "ASIA",
+    "xox",
+    "xapp-",
+    "AIza",
+    "ya29.",
+    "GOCSPX-",
+    "sk_",
+    "rk_",
+    "whsec_",
+    "hf_",
+    "SG.",
+    "npm_",
+    "pypi-AgE",
+    "_v1_",
+    "shp",
+    "SK",
+    "key-",
+    "AGE-SECRET-KEY-1",
+    "https://hooks.slack.com/services/T",
+)
+
 _AZURE = (
     _starting((r"accountkey", r"sharedaccesskey", r"sharedaccesssignature"), _WORD)
     + r"\s*+=\s*+"
@@ -305,6 +339,8 @@ _SCHEME_START = re.compile(r"[a-z](?<!\w[a-z])")
 def _url_passwords(scan: _Scan) -> Iterator[_Span]:
     """The password of ``scheme://user:password@host``."""
     low = scan.lower
+    if "@" not in low:
+        return  # every match holds the "@" before the host (most URLs have none)
     for match in _URL_PASSWORD.finditer(low):
         if _SCHEME_START.search(low, match.start(), low.index("://", match.start())):
             yield "url_password", match.start("v"), match.end("v")
@@ -807,23 +843,32 @@ def _cards(scan: _Scan) -> Iterator[_Span]:
 class _Gated:
     """A detector and the words one of which its matches always hold (``None``:
     always run): lower case, looked for in the lower-cased copy, unless
-    ``cased``. The words are one alternation, searched in one call: most texts
-    are short, and a search per word cost more than the detectors themselves."""
+    ``cased`` (then looked for in the text itself). Which words occur is found
+    for all the detectors at once (``_Triggers``)."""
 
     detect: _Detector
     needs: tuple[str, ...] | None
     cased: bool = False
-    trigger: re.Pattern[str] | None = field(init=False, default=None)
+    lowered: frozenset[str] = field(init=False)  # ``needs`` in lower case
 
     def __post_init__(self) -> None:
-        if self.needs is not None:
-            words = "|".join(re.escape(word) for word in self.needs)
-            object.__setattr__(self, "trigger", re.compile(words))
+        needs = self.needs or ()
+        if not self.cased and any(word != word.lower() for word in needs):
+            raise ValueError(f"{needs!r}: the words of a detector that is not cased are lower case")
+        object.__setattr__(self, "lowered", frozenset(word.lower() for word in needs))
 
-    def wanted(self, scan: _Scan) -> bool:
-        if self.trigger is None:
+    def wanted(self, scan: _Scan, present: frozenset[str]) -> bool:
+        """Whether one of ``needs`` occurs in the text; ``present``: the words of
+        ``_TRIGGERS`` that occur in ``scan.lower``."""
+        if self.needs is None:
             return True
-        return self.trigger.search(scan.text if self.cased else scan.lower) is not None
+        if present.isdisjoint(self.lowered):
+            return False
+        if not self.cased:
+            return True
+        # A word in the text is its lower case in the lower-cased copy: only those
+        # words are looked for in the text.
+        return any(word in scan.text for word in self.needs if word.lower() in present)
 
 
 _DETECTORS: tuple[_Gated, ...] = (
@@ -835,8 +880,13 @@ _DETECTORS: tuple[_Gated, ...] = (
         _whole("authorization", _AUTH_HEADER, lower=True, check=_token_like),
         ("authorization",),
     ),
-    # One alternation, one pass over the text, for all the fixed token shapes.
-    _Gated(_whole("api_key", _starting(_SHAPES, _WORD)[:-1] + "|" + _SLACK_HOOK + ")"), None),
+    # One alternation, one pass over the text, for all the fixed token shapes; each
+    # shape opens with (or, ``do?_v1_``, holds) one of ``_SHAPE_WORDS``.
+    _Gated(
+        _whole("api_key", _starting(_SHAPES, _WORD)[:-1] + "|" + _SLACK_HOOK + ")"),
+        _SHAPE_WORDS,
+        cased=True,
+    ),
     _Gated(_whole("api_key", _TELEGRAM), (":aa",)),
     _Gated(_whole("api_key", _AZURE, lower=True), ("accountkey", "sharedaccess")),
     _Gated(_whole("api_key", _SAS_SIG), ("sig=",)),
@@ -887,6 +937,75 @@ _DETECTORS: tuple[_Gated, ...] = (
     _Gated(_seeds, ("otp", "2fa", "mfa", "authenticator", "two", "2-step")),
     _Gated(_seed_phrases, ("seed", "recovery", "mnemonic", "backup")),
     _Gated(_cards, None),
+)
+
+
+def _trie(words: Iterable[str]) -> str:
+    """An alternation of ``words`` as a trie: the branches at each point open with
+    different characters, and a word that goes on into a longer one is an optional
+    (greedy) tail, so at any position the pattern matches the longest word there."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def pattern(node: dict[str, Any]) -> str:
+        branches = [re.escape(ch) + pattern(rest) for ch, rest in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return pattern(root)
+
+
+@dataclass(frozen=True, slots=True)
+class _Triggers:
+    """Which of the detectors' words (``_Gated.needs``, in lower case) occur in a
+    lower-cased text, found in one pass for all of them: a search per detector
+    or per word cost more than the detectors themselves.
+
+    Exact: the search resumes one character after the start of each match, so it
+    stops at every position where a word starts, and there it matches the longest
+    word (``_trie``), of which every other word starting there is a prefix. So the
+    words that occur are exactly those within the words matched."""
+
+    words: tuple[str, ...]
+    pattern: re.Pattern[str] = field(init=False)
+    within: dict[str, frozenset[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", re.compile(_trie(self.words)))
+        within = {word: frozenset(w for w in self.words if w in word) for word in self.words}
+        object.__setattr__(self, "within", within)
+
+    def present(self, lower: str) -> frozenset[str]:
+        search = self.pattern.search
+        found: set[str] = set()
+        pos = 0
+        for _ in range(_MATCHES_BEFORE_SCANS):
+            match = search(lower, pos)
+            if match is None:
+                break
+            found.add(match.group())
+            pos = match.start() + 1
+        else:
+            # A text that repeats the words (say a pasted config, or an attack): a
+            # substring test per word costs less than visiting every occurrence.
+            return frozenset([word for word in self.words if word in lower])
+        if not found:
+            return frozenset()
+        return frozenset().union(*(self.within[word] for word in found))
+
+
+#: Matches ``_Triggers.present`` visits before it tests each word instead.
+_MATCHES_BEFORE_SCANS = 48
+
+
+_TRIGGERS = _Triggers(
+    tuple(sorted({word.lower() for gated in _DETECTORS for word in gated.needs or ()}))
 )
 
 
@@ -969,9 +1088,10 @@ def find_credentials(text: str) -> list[CredentialFinding]:
         return []
     visible = _visible(text)
     scan = _Scan(visible.text, _lowered(visible.text))
+    present = _TRIGGERS.present(scan.lower)
     spans: list[CredentialFinding] = []
     for gated in _DETECTORS:
-        if not gated.wanted(scan):
+        if not gated.wanted(scan, present):
             continue
         for kind, start, end in gated.detect(scan):
             spans.append(
