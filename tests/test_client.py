@@ -12,6 +12,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from popagent.client import (
     apaged,
 )
 from popagent.errors import ConflictError, NotFoundError, TurnFailedError, ValidationError
-from popagent.models import FactVersion, MaintenanceReport
+from popagent.models import FactVersion, MaintenanceReport, MemoryFilter
 from popagent.store.purge import PURGE_TABLES
 from tests.credential_corpus import CORPUS
 from tests.fault_support import ServeProcess, clean_env, wait_for
@@ -111,17 +112,20 @@ def test_fact_crud_and_paging(client: Client) -> None:
     assert fact.resource_id == RESOURCE and fact.kind == "fact"
     assert client.get_fact(fact.id) == fact
     assert client.get_memory(fact.id) == fact
-    assert client.list_facts(key=key).items == (fact,)
+    assert client.list(MemoryFilter(kind="fact", key=key)).items == (fact,)
 
     others = [client.create_fact(f"Paging fact {i} {tag}") for i in range(3)]
-    everything = client.list_facts(text=tag, limit=200)
+    everything = client.list(MemoryFilter(kind="fact", text=tag, limit=200))
     assert len(everything.items) == 4 and everything.next_offset is None
-    page = client.list_facts(text=tag, limit=2)
+    page = client.list(MemoryFilter(kind="fact", text=tag, limit=2))
     assert len(page.items) == 2 and page.next_offset == 2 and page.limit == 2
-    assert {m.id for m in client.iter_facts(text=tag, page_size=1)} == {
+    assert {m.id for m in client.iter(MemoryFilter(kind="fact", text=tag, limit=1))} == {
         fact.id,
         *(o.id for o in others),
     }
+    # iter starts at the filter's offset and pages by its limit.
+    rest = client.iter(MemoryFilter(kind="fact", text=tag, limit=1, offset=2))
+    assert [m.id for m in rest] == [m.id for m in everything.items[2:]]
 
     updated = client.update_fact(fact.id, content=f"Prefers black tea {tag}", importance=0.9)
     assert (updated.content, updated.importance, updated.key) == (
@@ -148,7 +152,7 @@ def test_errors_name_the_field_and_say_what_happened(client: Client, server: Ser
     assert heavy.value.field == "importance"
     assert "importance" not in heavy.value.message.split(":")[0]  # no doubled prefix
     with pytest.raises(ValidationError) as limit:
-        client.list_facts(limit=0)
+        client.list(MemoryFilter(kind="fact", limit=0))
     assert limit.value.field == "limit"
     with pytest.raises(ValidationError) as confirm:
         client.cleanup(confirm=False)
@@ -198,16 +202,14 @@ def test_chat_sessions_and_episodes(client: Client, model: ScriptedModelServer) 
     episode = client.get_episode(reply.episode_id)
     assert episode.kind == "episode" and episode.session_id == session
     assert client.get_memory(episode.id) == episode
-    episodes = client.list_episodes(session_id=session)
+    episodes = client.list(MemoryFilter(kind="episode", session_id=session))
     assert len(episodes.items) == 2 and episodes.next_offset is None
-    assert [e.id for e in client.iter_episodes(session_id=session, page_size=1)] == [
-        e.id for e in episodes.items
-    ]
-    listed = client.list_memories(kind="episode", session_id=session)
-    assert listed.items == episodes.items
+    one_by_one = client.iter(MemoryFilter(kind="episode", session_id=session, limit=1))
+    assert [e.id for e in one_by_one] == [e.id for e in episodes.items]
+    assert client.list(MemoryFilter(session_id=session)).items == episodes.items
     later = datetime.now(UTC) + timedelta(hours=1)
-    assert client.list_memories(session_id=session, created_after=later).items == ()
-    assert len(list(client.iter_memories(session_id=session, page_size=1))) == 2
+    assert client.list(MemoryFilter(session_id=session, created_after=later)).items == ()
+    assert len(list(client.iter(MemoryFilter(session_id=session, limit=1)))) == 2
 
     found = client.get_session(session)
     assert found.session_id == session and found.resource_id == RESOURCE
@@ -425,7 +427,7 @@ def test_session_writes_and_revert(client: Client, model: ScriptedModelServer) -
     )
     reply = client.chat(session, "I moved to Lisbon and I am learning Finnish.")
     assert reply.episode_id is not None and model.pending == 0
-    (new,) = client.list_facts(text=f"Learns Finnish {tag}").items
+    (new,) = client.list(MemoryFilter(kind="fact", text=f"Learns Finnish {tag}")).items
 
     writes = client.session_writes(session)
     assert isinstance(writes, SessionWrites) and writes.session_id == session
@@ -573,8 +575,10 @@ async def test_async_client_covers_the_api(
         fact = await client.create_fact(f"Async fact about otters {tag}", key=f"otters-{tag}")
         assert await client.get_fact(fact.id) == fact
         assert await client.get_memory(fact.id) == fact
-        assert (await client.list_facts(key=f"otters-{tag}")).items == (fact,)
-        assert [m async for m in client.iter_facts(text=tag, page_size=1)] == [fact]
+        assert (await client.list(MemoryFilter(kind="fact", key=f"otters-{tag}"))).items == (fact,)
+        assert [m async for m in client.iter(MemoryFilter(kind="fact", text=tag, limit=1))] == [
+            fact
+        ]
         changed = await client.update_fact(fact.id, importance=0.25)
         assert changed.importance == 0.25
         with pytest.raises(ValidationError) as bad:
@@ -604,10 +608,11 @@ async def test_async_client_covers_the_api(
         assert reply.episode_id is not None
         episode = await client.get_episode(reply.episode_id)
         assert episode.session_id == session
-        assert len((await client.list_episodes(session_id=session)).items) == 2
-        assert len([e async for e in client.iter_episodes(session_id=session, page_size=1)]) == 2
-        assert len((await client.list_memories(session_id=session)).items) == 2
-        assert len([m async for m in client.iter_memories(kind="episode", session_id=session)]) == 2
+        episodes = MemoryFilter(kind="episode", session_id=session)
+        assert len((await client.list(episodes)).items) == 2
+        assert len([e async for e in client.iter(replace(episodes, limit=1, offset=1))]) == 1
+        assert len((await client.list(MemoryFilter(session_id=session))).items) == 2
+        assert len([m async for m in client.iter(MemoryFilter(session_id=session))]) == 2
 
         assert (await client.get_session(session)).session_id == session
         assert session in {s.session_id async for s in client.iter_sessions(page_size=200)}
@@ -634,11 +639,13 @@ async def test_async_client_covers_the_api(
         with pytest.raises(NotFoundError):
             await client.get_fact(fact.id)
         assert await client.cleanup(confirm=True, kind="episode") >= 1
-        assert [m async for m in apaged(lambda o: client.list_episodes(offset=o))] == []
+        assert [
+            m async for m in apaged(lambda o: client.list(MemoryFilter(kind="episode", offset=o)))
+        ] == []
 
     async with AsyncClient(server.base_url, token="not-the-token-0123456789") as stranger:
         with pytest.raises(UnauthorizedError):
-            await stranger.list_facts()
+            await stranger.list()
     async with AsyncClient(f"http://127.0.0.1:{free_port()}", timeout=2) as nowhere:
         with pytest.raises(TransportError):
             await nowhere.health()
@@ -811,7 +818,8 @@ async def test_purge_empties_the_resource_in_both_clients(
     assert report.vacuum_error is None and "popagent_sessions" in report.vacuumed
     with pytest.raises(NotFoundError):
         client.fact_history(fact.id)
-    assert client.list_memories().items == () and client.list_sessions().items == ()
+    assert client.list().items == () and client.list_sessions().items == ()
+    assert list(client.iter()) == []
     assert client.get_settings().value("observation_threshold_tokens") == 30_000
 
     async with AsyncClient(server.base_url, token=TOKEN) as aclient:
@@ -820,4 +828,5 @@ async def test_purge_empties_the_resource_in_both_clients(
             await aclient.purge(confirm=False)
         again = await aclient.purge(confirm=True)
         assert again.count("popagent_memories") == 1 and again.count("popagent_sessions") == 0
-        assert (await aclient.list_memories()).items == ()
+        assert (await aclient.list()).items == ()
+        assert [m async for m in aclient.iter()] == []

@@ -325,20 +325,20 @@ async def test_the_clients_pass_a_filter_to_the_server(
             with pytest.raises(ValidationError) as caught:
                 await client.list(MemoryFilter(limit=0))
             assert caught.value.field == "limit"
-            # The old methods build the same filter.
-            assert (await client.list_facts(key="drink")).items == (
-                await client.list(MemoryFilter(kind="fact", key="drink"))
-            ).items
+            # iter walks the same list, one page of the filter's limit at a time.
+            walked = [m.id async for m in client.iter(MemoryFilter(limit=2))]
+            assert walked == [m.id for m in everything.items]
         with Client(base, timeout=10) as sync:
             assert [m.id for m in sync.list(MemoryFilter(text="GREEN", offset=3)).items] == [
                 r.old.id
             ]
-            assert [
-                m.id
-                for m in sync.list_episodes(
-                    session_id="s-b", created_before=T0 + timedelta(3)
-                ).items
-            ] == [r.middle.id]
+            assert [m.id for m in sync.iter(MemoryFilter(text="GREEN", limit=1, offset=3))] == [
+                r.old.id
+            ]
+            before = MemoryFilter(
+                kind="episode", session_id="s-b", created_before=T0 + timedelta(3)
+            )
+            assert [m.id for m in sync.list(before).items] == [r.middle.id]
             with pytest.raises(ValidationError) as caught:
                 sync.list(MemoryFilter(kind="note"))  # type: ignore[arg-type]
             assert caught.value.field == "kind"

@@ -15,15 +15,17 @@ import asyncio
 import random
 import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
-from popagent.memory.ranking import RankingWeights, rank
-from popagent.memory.recall import candidate_idfs, recall_pool
+from popagent.memory.ranking import DEFAULT_WEIGHTS, SIGNALS, RankingWeights, Signal, rank
+from popagent.memory.recall import LEXICAL_RECALL, candidate_idfs, recall_pool
 from popagent.memory.temporal import query_window
 from popagent.models import RecallResult
 from popagent.store import ranked
@@ -158,6 +160,39 @@ async def test_statement_ranks_as_the_python_ranking(
     assert compared > 300  # the queries do find things: the comparison is not vacuous
 
 
+async def test_a_new_signal_is_one_row_of_the_table(memory: LongTermMemory, corpus: str) -> None:
+    """A row added to ``SIGNALS`` is a column of the statement, weighed by its own
+    parameter in the score and returned in its place, as the table defines it."""
+    probe = Signal("probe", "0.25::float8", lambda _context: lambda _candidate: 0.25)
+    lexical = ranked.LexicalRecall((*SIGNALS, probe))
+    assert "w_probe" in lexical.parameters and "probe_signal" in lexical.statement(True, 8, 32)
+    w = DEFAULT_WEIGHTS
+    unweighted = ranked.RecallParameters(
+        limit=8,
+        pool=32,
+        now=NOW,
+        k1=w.bm25_k1,
+        b=w.bm25_b,
+        half_life_days=w.recency_half_life_days,
+        min_trigram=w.min_trigram,
+        weights=(*(getattr(w, s.name) for s in SIGNALS), 0.0),
+    )
+    weighed = replace(unweighted, weights=(*unweighted.weights[:-1], 0.5))
+    async with memory.pool.connection() as conn:
+        before = await lexical.rows(conn, corpus, "sourdough bread", unweighted, touch=False)
+        after = await lexical.rows(conn, corpus, "sourdough bread", weighed, touch=False)
+        with pytest.raises(ValueError, match="signal weights"):
+            await lexical.rows(conn, corpus, "bread", replace(weighed, weights=()), touch=False)
+    assert len(before) == 8 and [r.memory.id for r in after] == [r.memory.id for r in before]
+    expected = await reference(memory, corpus, "sourdough bread", 8)
+    assert [r.memory.id for r in before] == [r.memory.id for r in expected]
+    for old, new, want in zip(before, after, expected, strict=True):
+        assert len(new.signals) == len(SIGNALS) + 1 and new.signals[-1] == 0.25
+        assert new.signals[:-1] == old.signals[:-1]
+        assert old.score == pytest.approx(want.score, abs=1e-12)
+        assert new.score == pytest.approx(old.score + 0.125, abs=1e-12)
+
+
 async def test_a_period_thousands_of_half_lives_away_ranks_and_does_not_fail(
     memory: LongTermMemory, corpus: str
 ) -> None:
@@ -226,19 +261,22 @@ def test_positional_numbers_each_named_placeholder() -> None:
     assert ranked.positional("a %(x)s b %(y)s %(x)s %% c", ("x", "y")) == "a $1 b $2 $1 % c"
     with pytest.raises(ValueError, match="placeholder"):
         ranked.positional("a %(z)s", ("x",))
+    with pytest.raises(ValueError, match="placeholder"):  # a signal's unknown parameter
+        ranked.LexicalRecall((*SIGNALS, Signal("x", "%(unknown)s", lambda _context: None)))
     for touch in (False, True):
-        converted = ranked.statement(touch, 8, 32)
-        assert "%(" not in converted and f"${len(ranked.PARAMETERS)}" in converted
+        converted = LEXICAL_RECALL.statement(touch, 8, 32)
+        assert "%(" not in converted and f"${len(LEXICAL_RECALL.parameters)}" in converted
 
 
 def test_statement_writes_the_limits_in_and_refuses_anything_else() -> None:
-    text = ranked.statement(False, 8, 32)
+    text = LEXICAL_RECALL.statement(False, 8, 32)
     assert "LIMIT 32" in text and "LIMIT 8" in text and "%(" not in text
-    assert "UPDATE popagent_memories" in ranked.statement(True, 8, 32)
+    assert "UPDATE popagent_memories" in LEXICAL_RECALL.statement(True, 8, 32)
     assert "UPDATE" not in text  # a preview writes nothing
-    for limit, pool in ((0, 32), (8, -1), (True, 32), ("8", 32)):
+    bad: tuple[tuple[Any, Any], ...] = ((0, 32), (8, -1), (True, 32), ("8", 32))
+    for limit, pool in bad:
         with pytest.raises(ValueError, match="positive integers"):
-            ranked.statement(False, limit, pool)
+            LEXICAL_RECALL.statement(False, limit, pool)
 
 
 async def test_repeated_recalls_run_one_generic_plan(

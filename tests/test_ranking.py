@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import fields
 from datetime import timedelta
 
 import pytest
 
 from popagent.memory.ranking import (
     DEFAULT_WEIGHTS,
+    SIGNALS,
     RankingWeights,
     bm25_text_score,
     idf,
@@ -16,6 +19,7 @@ from popagent.memory.ranking import (
     recency_score,
     trigram_score,
 )
+from popagent.memory.temporal import TimeWindow
 from popagent.models import Candidate, CorpusStats, Neighbour
 from popagent.store.recall import choose_lexemes, tsquery_literal
 
@@ -69,6 +73,23 @@ def test_rank_explains_every_score_and_sums_components() -> None:
         assert math.isclose(r.score, sum(c.value * c.weight for c in r.components))
         weights = {c.name: c.weight for c in r.components}
         assert weights["text"] == DEFAULT_WEIGHTS.text
+
+
+def test_the_signal_table_names_weights_columns_and_components() -> None:
+    """Each signal's name is its weight's field, its column's stem and its component's
+    name; relevance signals come first (the evidence rule and fusion read them first)."""
+    names = [s.name for s in SIGNALS]
+    floats = {f.name for f in fields(RankingWeights) if f.type in (float, "float")}
+    assert len(set(names)) == len(names) and set(names) <= floats
+    assert all(re.fullmatch(r"[a-z_]+", name) for name in names)
+    assert [s.name for s in SIGNALS if s.relevance] == ["text", "trigram"]
+    assert [s.relevance for s in SIGNALS] == sorted((s.relevance for s in SIGNALS), reverse=True)
+    window = TimeWindow(NOW - timedelta(days=7), NOW, "last week")
+    results = rank([cand(1, {"rare": 1})], STATS, now=NOW, limit=8, window=window)
+    assert [c.name for c in results[0].components] == names
+    assert [c.weight for c in results[0].components] == [
+        getattr(DEFAULT_WEIGHTS, name) for name in names
+    ]
 
 
 def test_facts_outrank_equally_relevant_episodes() -> None:

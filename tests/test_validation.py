@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from popagent import SecretRefusedError, ValidationError
-from popagent.memory.credentials import find_credentials, redact_credentials
+from popagent.credentials import find_credentials, redact_credentials
 from popagent.memory.validation import (
     cap_text,
     check_importance,

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 
 import popagent
 from popagent.memory.render import render
-from popagent.models import Provenance
+from popagent.models import Provenance, RecallPreview
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.api.recall import recall_json
-from popagent.web.schemas import RecallOut
 from tests.observe_support import insert_observed
 from tests.web_support import api_client, count_rows
 
@@ -259,7 +259,9 @@ async def test_recall_preview_writes_what_its_response_model_would(
     api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     """The preview's JSON is written from the results directly (``recall_json``): it must
-    be, byte for byte, what ``RecallOut`` writes, for every kind of field a result holds."""
+    be, byte for byte, what its response model (``RecallPreview``, through pydantic as
+    FastAPI writes it) writes, for every kind of field a result holds."""
+    preview = TypeAdapter(RecallPreview)
     await memory.remember(resource, "Keeps bees on the roof", key="hobby", importance=1.0)
     await memory.remember(
         resource,
@@ -277,12 +279,12 @@ async def test_recall_preview_writes_what_its_response_model_would(
         assert response.status_code == 200
         assert response.headers["content-type"] == "application/json"
         # What the response model writes of what the response says is the response.
-        parsed = RecallOut.model_validate_json(response.content)
-        assert parsed.model_dump_json().encode() == response.content
+        parsed = preview.validate_json(response.content)
+        assert preview.dump_json(parsed) == response.content
         # And of the library's results (recency moves with time, so the same results).
         report = await memory.recall_report(resource, query, limit=10, touch=False)
         results = report.results
-        expected = RecallOut.model_validate(
+        expected = preview.validate_python(
             {
                 "query": query,
                 "results": [r.to_json() for r in results],
@@ -290,17 +292,17 @@ async def test_recall_preview_writes_what_its_response_model_would(
                 **report.to_json(),
             }
         )
-        assert recall_json(query, report) == expected.model_dump_json().encode()
+        assert recall_json(query, report) == preview.dump_json(expected)
         assert parsed.mode == report.mode == "fused" and parsed.model == report.model
         assert [r.memory.id for r in parsed.results] == [r.memory.id for r in results]
         assert len(results) >= (4 if query == "bees" else 0)
     # No result at all (a resource with no memory), written the same way.
     empty = await memory.recall_report(f"{resource}-empty", "bees", touch=False)
     assert empty.results == [] and empty.pending == 0
-    expected = RecallOut.model_validate(
+    expected = preview.validate_python(
         {"query": "bees", "results": [], "rendered": "", **empty.to_json()}
     )
-    assert recall_json("bees", empty) == expected.model_dump_json().encode()
+    assert recall_json("bees", empty) == preview.dump_json(expected)
 
 
 async def test_cleanup_needs_confirmation(

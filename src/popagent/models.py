@@ -7,9 +7,9 @@ SQL columns, the dataclass fields, the JSON keys and the CLI flags.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,30 +19,52 @@ __all__ = [
     "AuditHookName",
     "AuditRecord",
     "Candidate",
+    "ChatReply",
     "CorpusStats",
     "EpisodeTurn",
+    "FactHistory",
     "FactVersion",
+    "Health",
+    "ItemPage",
+    "ItemPopped",
+    "ItemsAdded",
     "Kind",
     "MaintenanceReport",
     "Memory",
     "MemoryFilter",
     "Message",
+    "MessagePage",
     "Neighbour",
+    "ObservationGeneration",
     "ObservationGroup",
+    "ObservationGroupInfo",
     "ObservationLog",
+    "Observations",
     "Outcome",
+    "Page",
     "Provenance",
+    "RecallPreview",
     "RecallResult",
     "RememberResult",
+    "RevertReport",
     "Role",
     "ScoreComponent",
     "Session",
+    "SessionItem",
+    "SessionWrites",
+    "Setting",
+    "Settings",
+    "ToolCallSummary",
     "TurnStatus",
     "Vectors",
     "turn_marker",
     "unfinished_turn_ends",
 ]
 
+T = TypeVar("T")
+#: pydantic's reading of a value whose fields have defaults (``__pydantic_config__``):
+#: the JSON always holds every field, so the JSON Schema of a response requires each.
+_ALWAYS_SENT: Any = {"json_schema_serialization_defaults_required": True}
 Kind = Literal["fact", "episode"]
 #: Embedding vectors: one unit-length float32 row per text (``popagent.embed``
 #: makes them, ``popagent.store.vectors`` keeps them).
@@ -82,14 +104,44 @@ AuditHookName = Literal[
 ]
 
 
+class _JsonFields:
+    """Gives a dataclass ``to_json``: every field by name, in declaration order,
+    datetimes as ISO 8601 (``isoformat``), tuples as lists, nested values by their
+    own ``to_json``; dicts as they are. The library's JSON (the CLI's ``--json``,
+    MCP's projections); the HTTP API's comes from the same fields through pydantic."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, object]:
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))  # type: ignore[arg-type]
+        return {name: _json(getattr(self, name)) for name in names}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _json(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    if isinstance(value, _JsonFields | RecallResult):
+        return value.to_json()
+    return value
+
+
 @dataclass(frozen=True, slots=True)
-class Memory:
+class Memory(_JsonFields):
     """One row of ``popagent_memories``.
 
     ``content_sha256`` is the hex SHA-256 of ``content`` (UTF-8); ``key`` is
     only ever set on facts. ``accessed_at`` is ``None`` until a recall returns
     the memory.
     """
+
+    __pydantic_config__ = _ALWAYS_SENT
 
     id: int
     resource_id: str
@@ -111,29 +163,6 @@ class Memory:
     tool_call_id: str | None = None
     expires_at: datetime | None = None
     version: int = 1
-
-    def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict with ISO-8601 timestamps."""
-        return {
-            "id": self.id,
-            "resource_id": self.resource_id,
-            "session_id": self.session_id,
-            "kind": self.kind,
-            "key": self.key,
-            "content": self.content,
-            "content_sha256": self.content_sha256,
-            "importance": self.importance,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-            "accessed_at": self.accessed_at.isoformat() if self.accessed_at else None,
-            "access_count": self.access_count,
-            "origin": self.origin,
-            "turn_id": self.turn_id,
-            "message_ids": list(self.message_ids),
-            "tool_call_id": self.tool_call_id,
-            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
-            "version": self.version,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +209,7 @@ class Provenance:
 
 
 @dataclass(frozen=True, slots=True)
-class FactVersion:
+class FactVersion(_JsonFields):
     """A value a fact had from ``valid_from`` until ``valid_to``, and who wrote it.
 
     ``ended`` says how it stopped being current (updated, deleted, expired)
@@ -206,27 +235,42 @@ class FactVersion:
     ended_origin: str
     ended_session_id: str | None
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "resource_id": self.resource_id,
-            "fact_id": self.fact_id,
-            "version": self.version,
-            "key": self.key,
-            "content": self.content,
-            "content_sha256": self.content_sha256,
-            "importance": self.importance,
-            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
-            "session_id": self.session_id,
-            "origin": self.origin,
-            "turn_id": self.turn_id,
-            "message_ids": list(self.message_ids),
-            "tool_call_id": self.tool_call_id,
-            "valid_from": self.valid_from.isoformat(),
-            "valid_to": self.valid_to.isoformat(),
-            "ended": self.ended,
-            "ended_origin": self.ended_origin,
-            "ended_session_id": self.ended_session_id,
-        }
+
+@dataclass(frozen=True, slots=True)
+class FactHistory:
+    """A fact's history: ``current`` is the fact as it stands (``None`` once deleted
+    or expired; its ``version`` is the current number), ``versions`` every earlier
+    value, newest first (pass one's ``version`` to restore it)."""
+
+    fact_id: int
+    current: Memory | None
+    versions: tuple[FactVersion, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWrites(_JsonFields):
+    """What one session wrote that still stands, and the fact values it ended.
+
+    ``memories``: current facts and episodes whose value the session wrote,
+    newest first; ``ended``: fact versions the session replaced or deleted.
+    """
+
+    session_id: str
+    memories: tuple[Memory, ...]
+    ended: tuple[FactVersion, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RevertReport(_JsonFields):
+    """What reverting a session did, by memory id: facts restored to their value
+    before the session, memories it created that are now deleted, and facts
+    skipped because their old key or content is now another fact's."""
+
+    __pydantic_config__ = _ALWAYS_SENT
+
+    restored: tuple[int, ...] = ()
+    deleted: tuple[int, ...] = ()
+    skipped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +307,48 @@ class RecallResult:
             },
         }
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """The JSON form (``to_json``'s, the API's) for pydantic, both ways and in the
+        JSON Schema: ``components`` maps each name, in rank-explanation order, to its
+        value, weight and contribution.
+
+        pydantic is imported here, not at module import, so a reader of these
+        values (the HTTP client) pays for it only when it decodes JSON.
+        """
+        from pydantic_core import core_schema as cs
+
+        def from_json(data: Any) -> Any:
+            components = data.get("components") if isinstance(data, dict) else None
+            if isinstance(components, dict):
+                listed = [{**c, "name": n} for n, c in components.items()]
+                return {**data, "components": listed}
+            return data
+
+        def to_json(value: RecallResult) -> Any:
+            # ``wire`` (the return schema) then serializes the memory.
+            components = RecallResult.to_json(value)["components"]
+            return {"memory": value.memory, "score": value.score, "components": components}
+
+        number = cs.typed_dict_field(cs.float_schema())
+        component = cs.typed_dict_schema(
+            {"value": number, "weight": number, "contribution": number}
+        )
+        wire = cs.typed_dict_schema(
+            {
+                "memory": cs.typed_dict_field(handler.generate_schema(Memory)),
+                "score": cs.typed_dict_field(cs.float_schema()),
+                "components": cs.typed_dict_field(cs.dict_schema(cs.str_schema(), component)),
+            },
+            ref="RecallResult",
+        )
+        return cs.no_info_before_validator_function(
+            from_json,
+            handler(source),
+            json_schema_input_schema=wire,
+            serialization=cs.plain_serializer_function_ser_schema(to_json, return_schema=wire),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class RememberResult:
@@ -285,6 +371,8 @@ class EpisodeTurn:
 @dataclass(frozen=True, slots=True)
 class MaintenanceReport:
     """Rows deleted by one maintenance run."""
+
+    __pydantic_config__ = _ALWAYS_SENT
 
     expired_episodes: int = 0
     capped_episodes: int = 0
@@ -340,7 +428,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
+class Session(_JsonFields):
     """A chat session (thread) of one resource."""
 
     resource_id: str
@@ -350,19 +438,9 @@ class Session:
     created_at: datetime
     updated_at: datetime
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "resource_id": self.resource_id,
-            "session_id": self.session_id,
-            "title": self.title,
-            "metadata": self.metadata,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class Message(_JsonFields):
     """One message of a thread's exact history.
 
     ``parts`` holds the structured parts as JSON objects, each with a ``type``:
@@ -386,22 +464,9 @@ class Message:
     turn_id: int | None = None
     turn_status: TurnStatus | None = None
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "resource_id": self.resource_id,
-            "session_id": self.session_id,
-            "role": self.role,
-            "content": self.content,
-            "parts": list(self.parts),
-            "created_at": self.created_at.isoformat(),
-            "turn_id": self.turn_id,
-            "turn_status": self.turn_status,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class AuditRecord:
+class AuditRecord(_JsonFields):
     """One row of ``popagent_audit``: a hook firing around a model or tool call.
 
     It holds names, ids, counts, sizes, timing and the outcome, never content:
@@ -427,40 +492,12 @@ class AuditRecord:
     message_count: int | None
     argument_names: tuple[str, ...] | None
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "resource_id": self.resource_id,
-            "session_id": self.session_id,
-            "call_id": self.call_id,
-            "hook": self.hook,
-            "tool": self.tool,
-            "model": self.model,
-            "started_at": self.started_at.isoformat(),
-            "duration_ms": self.duration_ms,
-            "outcome": self.outcome,
-            "error_type": self.error_type,
-            "input_chars": self.input_chars,
-            "output_chars": self.output_chars,
-            "message_count": self.message_count,
-            "argument_names": (
-                list(self.argument_names) if self.argument_names is not None else None
-            ),
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class ObservationLog:
-    """One generation of a session's observation log (``popagent_observation_logs``).
-
-    Only the newest generation is active. ``last_observed_message_id`` is the
-    cursor: the session's messages with greater ids are unobserved.
-    ``covered_group_ids`` lists, for a reflection, the groups it rewrote.
-    """
+class ObservationGeneration:
+    """One generation of a session's observation log (the last one is active)."""
 
     id: int
-    resource_id: str
-    session_id: str
     generation: int
     origin: Literal["observation", "reflection"]
     observations: str
@@ -473,13 +510,11 @@ class ObservationLog:
 
 
 @dataclass(frozen=True, slots=True)
-class ObservationGroup:
-    """One observation batch (or reflection) and its group pointer: the first and
-    last source message id it came from (``popagent_observation_groups``)."""
+class ObservationGroupInfo:
+    """One observation batch of the active generation, pointing at its source messages
+    (``first_message_id`` to ``last_message_id``: ids of ``popagent_messages``)."""
 
     id: int
-    resource_id: str
-    session_id: str
     log_id: int
     kind: Literal["observation", "reflection"]
     status: str
@@ -489,6 +524,185 @@ class ObservationGroup:
     observation_tokens: int
     message_tokens: int
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationLog(ObservationGeneration):
+    """A generation as stored (``popagent_observation_logs``): with its resource and
+    session. Only the newest generation is active. ``last_observed_message_id`` is
+    the cursor: the session's messages with greater ids are unobserved.
+    ``covered_group_ids`` lists, for a reflection, the groups it rewrote.
+    """
+
+    resource_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationGroup(ObservationGroupInfo):
+    """An observation batch (or reflection) as stored (``popagent_observation_groups``):
+    with its resource and session."""
+
+    resource_id: str
+    session_id: str
+
+
+# --- values of the HTTP API (the server answers them, the client returns them) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list, newest first; ``next_offset`` is ``None`` on the last page."""
+
+    items: tuple[T, ...]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    """Messages oldest first; pass ``next_after_id`` as ``after_id`` for the next page
+    (``None`` on the last one)."""
+
+    items: tuple[Message, ...]
+    next_after_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecallPreview:
+    """What a turn would recall for ``query``: the ranked results, exactly the block
+    the model would see (``rendered``), and which recall mode ran and why.
+
+    ``mode``: ``fused`` (words and meaning, the default with a model), ``lexical``
+    (no model, or it is unavailable) or ``vector``; ``requested``: the mode asked
+    for (``None``: the default). ``model``: the embedding model (``None``: semantic
+    recall is off), ``model_state`` whether it works and ``model_error`` why not.
+    ``pending_vectors``: the resource's memories whose vectors are still being
+    written (counted up to 10,000), found by their words only until then.
+    ``reason``: the mode and why, in one sentence.
+    """
+
+    query: str
+    results: tuple[RecallResult, ...]
+    rendered: str
+    mode: Literal["lexical", "vector", "fused"]
+    requested: Literal["lexical", "vector", "fused"] | None
+    model: str | None
+    model_state: Literal["not loaded", "loaded", "unavailable"] | None
+    model_error: str | None
+    pending_vectors: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSummary:
+    """A tool the model called during a chat turn, and how the call ended."""
+
+    name: str
+    outcome: str
+    #: For ``remember``: the tool's answer, what it stored (or why it refused);
+    #: ``None`` for other tools, whose answers can be long or private.
+    result: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """One finished chat turn: the reply, what it recalled, the episode it stored."""
+
+    session_id: str
+    reply: str
+    tool_calls: tuple[ToolCallSummary, ...]
+    recalled: tuple[RecallResult, ...]
+    memory_block: str
+    episode_id: int | None
+    model_calls: int
+    overhead_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One memory setting as the API lists it: its value, default, the value as text
+    (as the settings form and ``popagent settings set`` take it), and its documentation
+    (``popagent.observe.settings.SETTINGS``)."""
+
+    name: str
+    value: Any
+    default: Any
+    text: str
+    kind: str
+    unit: str
+    accepts: str
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The resource's stored memory settings (``version`` counts changes)."""
+
+    version: int
+    updated_at: datetime | None
+    settings: tuple[Setting, ...]
+
+    def value(self, name: str) -> Any:
+        """The value of setting ``name``; ``KeyError`` for a name the server did not list."""
+        for setting in self.settings:
+            if setting.name == name:
+                return setting.value
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """``/healthz``: ``status`` is ``"ok"`` or ``"unavailable"``; ``database`` says why."""
+
+    status: Literal["ok", "unavailable"]
+    database: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionItem:
+    """One framework session item (an OpenAI Agents SDK input item), exactly as
+    added unless it held a credential; ``id`` is the message it is stored as."""
+
+    id: int
+    item: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    """Session items oldest first; pass ``next_after_id`` as ``after_id`` for the
+    next page (``None`` on the last one, and always for a ``last=N`` read)."""
+
+    items: tuple[SessionItem, ...]
+    next_after_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemsAdded:
+    """The message id each added session item was stored as, in order."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPopped:
+    """The session item removed; ``None`` when the session had none."""
+
+    item: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """A session's observational-memory state, read-only."""
+
+    session_id: str
+    generations: tuple[ObservationGeneration, ...]
+    groups: tuple[ObservationGroupInfo, ...]
 
 
 def unfinished_turn_ends(messages: Sequence[Message], *, last_page: bool) -> dict[int, TurnStatus]:

@@ -10,9 +10,9 @@
             print(result.score, result.memory.content)
 
 ``Client`` blocks, ``AsyncClient`` awaits; both have the same methods, one per
-API route, returning popagent's own values (``Memory``, ``FactVersion``,
-``RecallResult``, ``Session``, ``Message``) or the frozen values of
-:mod:`popagent.client.shapes`.
+API route, returning popagent's own values (:mod:`popagent.models`: ``Memory``,
+``Page``, ``FactHistory``, ``ChatReply``, ``Settings``, ..., the values the server
+answers with) or the few of :mod:`popagent.client.shapes`.
 Errors are popagent's: ``ValidationError`` (naming the server's field),
 ``NotFoundError``, ``ConflictError``, ``TurnFailedError``, and a
 :class:`ClientError` for the rest (transport failures, 401, 5xx). See
@@ -23,6 +23,24 @@ This package sits at the top layer, beside ``web`` and ``cli``: it imports
 ``models``, ``errors`` and ``access`` only, never the server or the store.
 """
 
+from ..models import (
+    ChatReply,
+    FactHistory,
+    Health,
+    ItemPage,
+    MessagePage,
+    ObservationGeneration,
+    ObservationGroupInfo,
+    Observations,
+    Page,
+    RecallPreview,
+    RevertReport,
+    SessionItem,
+    SessionWrites,
+    Setting,
+    Settings,
+    ToolCallSummary,
+)
 from ._base import DEFAULT_CHAT_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_URL, URL_ENV
 from .async_ import AsyncClient, apaged
 from .backend import RemoteBackend
@@ -37,25 +55,9 @@ from .errors import (
 )
 from .shapes import (
     ChatDelta,
-    ChatReply,
-    FactHistory,
-    Health,
-    ItemPage,
     MaintenanceSchedule,
-    MessagePage,
-    ObservationGeneration,
-    ObservationGroupInfo,
-    Observations,
-    Page,
     PurgeReport,
-    RecallPreview,
-    RevertReport,
     ServerInfo,
-    SessionItem,
-    SessionWrites,
-    Setting,
-    Settings,
-    ToolCallSummary,
 )
 from .sync import Client, paged
 

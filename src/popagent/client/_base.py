@@ -16,9 +16,10 @@ import httpx
 
 from ..defaults import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, URL_ENV
 from ..errors import ClientError, PopagentError, TransportError
+from ..models import ChatReply
 from .calls import Call
 from .errors import error_from_body, error_from_response
-from .shapes import ChatDelta, ChatReply, parse_chat_reply
+from .shapes import ChatDelta, decode
 
 __all__ = [
     "DEFAULT_CHAT_TIMEOUT_S",
@@ -187,7 +188,7 @@ def chat_event(call: Call[Any], event: SseEvent) -> ChatDelta | ChatReply | None
         if event.name == "delta":
             return ChatDelta(text=body["text"])
         if event.name == "done":
-            return parse_chat_reply(body)
+            return decode(ChatReply, body)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ClientError(
             f"{call.what} streamed a {event.name} event this client cannot read "

@@ -1,31 +1,49 @@
 """``AsyncClient``: the asyncio client of ``popagent serve``'s JSON API (one ``httpx.AsyncClient``).
 
-Every method is one request (the ``iter_*`` helpers one per page) and returns
-popagent's own values (``Memory``, ``RecallResult``, ``Session``, ``Message``)
-or the small frozen values of ``popagent.client.shapes``. Errors are
+Every method is one request (``iter`` and the ``iter_*`` helpers one per page) and returns
+popagent's own values (``popagent.models``: ``Memory``, ``Page``, ``ChatReply``, ...,
+the ones the server answers with) or the few of ``popagent.client.shapes``. Errors are
 popagent's (``popagent.client.errors``). The resource is the server's: no
-method takes a ``resource_id``. A client is safe to share between tasks
-(``httpx.AsyncClient`` is, within one event loop); ``await aclose()`` it, or use
-it as an async context manager. Method for method the same as ``Client``.
+method takes a ``resource_id``.
+
+A client is safe to share between tasks (``httpx.AsyncClient`` is, within one event loop);
+``await aclose()`` it, or use it as an async context manager.
+
+The blocking ``Client`` (``popagent.client.sync``) is generated from this module:
+change this one, then run ``python tools/async_to_sync.py`` (``scripts/check`` fails
+while the generated module is stale).
 """
 
 from __future__ import annotations
 
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
-from ..models import Kind, MaintenanceReport, Memory, MemoryFilter, Message, Session
+from ..models import (
+    ChatReply,
+    FactHistory,
+    Health,
+    ItemPage,
+    Kind,
+    MaintenanceReport,
+    Memory,
+    MemoryFilter,
+    Message,
+    MessagePage,
+    Observations,
+    Page,
+    RecallPreview,
+    RevertReport,
+    Session,
+    SessionItem,
+    SessionWrites,
+    Settings,
+)
 from . import calls
 from ._base import (
     DEFAULT_CHAT_TIMEOUT_S,
@@ -38,23 +56,7 @@ from ._base import (
 )
 from .calls import UNSET, Call, Unset
 from .errors import error_from_response
-from .shapes import (
-    ChatDelta,
-    ChatReply,
-    FactHistory,
-    Health,
-    ItemPage,
-    MessagePage,
-    Observations,
-    Page,
-    PurgeReport,
-    RecallPreview,
-    RevertReport,
-    ServerInfo,
-    SessionItem,
-    SessionWrites,
-    Settings,
-)
+from .shapes import ChatDelta, PurgeReport, ServerInfo
 
 __all__ = ["AsyncClient", "apaged"]
 
@@ -142,74 +144,15 @@ class AsyncClient:
         server checks ``where`` and names the field at fault."""
         return await self._run(calls.list_memories(MemoryFilter() if where is None else where))
 
-    async def list_memories(
-        self,
-        *,
-        kind: Kind | None = None,
-        key: str | None = None,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> Page[Memory]:
-        """One page of facts and episodes, newest first, filtered as given: :meth:`list`
-        with a ``MemoryFilter`` of these fields."""
-        return await self.list(
-            MemoryFilter(
-                kind=kind,
-                key=key,
-                session_id=session_id,
-                text=text,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                offset=offset,
-            )
-        )
-
-    def iter_memories(
-        self,
-        *,
-        kind: Kind | None = None,
-        key: str | None = None,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 100,
-    ) -> AsyncIterator[Memory]:
-        """Every memory :meth:`list_memories` finds, page by page (offset paging: a
-        memory written meanwhile can shift one into the next page or out of it)."""
-        return apaged(
-            lambda offset: self.list_memories(
-                kind=kind,
-                key=key,
-                text=text,
-                session_id=session_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=page_size,
-                offset=offset,
-            )
-        )
+    def iter(self, where: MemoryFilter | None = None) -> AsyncIterator[Memory]:
+        """Every memory ``where`` selects (``None``: all of them), newest first, from
+        ``where.offset`` on, one request per page of ``where.limit``. Offset paging: a
+        memory written meanwhile can shift one into the next page or out of it."""
+        first = MemoryFilter() if where is None else where
+        return apaged(lambda offset: self.list(replace(first, offset=offset)), first.offset)
 
     async def get_memory(self, id: int) -> Memory:
         return await self._run(calls.get_memory(id))
-
-    async def list_facts(
-        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
-    ) -> Page[Memory]:
-        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        return await self._run(calls.list_facts(where))
-
-    def iter_facts(
-        self, *, key: str | None = None, text: str | None = None, page_size: int = 100
-    ) -> AsyncIterator[Memory]:
-        return apaged(
-            lambda offset: self.list_facts(key=key, text=text, limit=page_size, offset=offset)
-        )
 
     async def create_fact(
         self,
@@ -278,47 +221,6 @@ class AsyncClient:
         comes back under its id. ``NotFoundError`` for an unknown version,
         ``ConflictError`` when its key or content is now another fact's."""
         return await self._run(calls.restore_fact(id, version))
-
-    async def list_episodes(
-        self,
-        *,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> Page[Memory]:
-        where = MemoryFilter(
-            kind="episode",
-            session_id=session_id,
-            text=text,
-            created_after=created_after,
-            created_before=created_before,
-            limit=limit,
-            offset=offset,
-        )
-        return await self._run(calls.list_episodes(where))
-
-    def iter_episodes(
-        self,
-        *,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 100,
-    ) -> AsyncIterator[Memory]:
-        return apaged(
-            lambda offset: self.list_episodes(
-                text=text,
-                session_id=session_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=page_size,
-                offset=offset,
-            )
-        )
 
     async def get_episode(self, id: int) -> Memory:
         return await self._run(calls.get_episode(id))
@@ -449,8 +351,7 @@ class AsyncClient:
         """One agent turn, streamed: ``ChatDelta`` pieces as the model writes, then the
         ``ChatReply``. A failure mid-turn is raised as the whole-answer call raises it.
         Leaving the loop early closes the connection once the generator is closed
-        (``contextlib.aclosing``); the turn still runs to its end
-        on the server."""
+        (wrap it in ``contextlib.aclosing``); the turn still runs to its end on the server."""
         call = calls.chat(session_id, message)
         try:
             async with self._http.stream(
@@ -500,9 +401,9 @@ class AsyncClient:
         return await self._run(calls.maintain())
 
 
-async def apaged(fetch: Callable[[int], Awaitable[Page[T]]]) -> AsyncIterator[T]:
-    """Every item of the pages ``await fetch(offset)`` returns, from offset 0 to the last."""
-    offset: int | None = 0
+async def apaged(fetch: Callable[[int], Awaitable[Page[T]]], start: int = 0) -> AsyncIterator[T]:
+    """Every item of the pages ``await fetch(offset)`` returns, from ``start`` to the last page."""
+    offset: int | None = start
     while offset is not None:
         page = await fetch(offset)
         for item in page.items:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import ConflictError
-from ..models import Memory, RecallResult, RememberResult
+from ..models import Memory, MemoryFilter, RecallResult, RememberResult
 from .async_ import AsyncClient
 
 __all__ = ["RemoteBackend"]
@@ -75,7 +75,7 @@ class RemoteBackend:
         del session_id  # the API's fact routes take no session (module docstring)
         for _attempt in range(_ATTEMPTS):
             if key is not None:
-                page = await self.client.list_facts(key=key, limit=1)
+                page = await self.client.list(MemoryFilter(kind="fact", key=key, limit=1))
                 if page.items:
                     return await self._replace(page.items[0], content, importance, expires_at)
             try:
@@ -123,7 +123,8 @@ class RemoteBackend:
         for _ in range(_TWIN_PAGES):
             if offset is None:
                 return None
-            page = await self.client.list_facts(text=wanted[:200], limit=200, offset=offset)
+            where = MemoryFilter(kind="fact", text=wanted[:200], limit=200, offset=offset)
+            page = await self.client.list(where)
             for fact in page.items:
                 if fact.key is None and fact.content == wanted:
                     return fact
@@ -137,7 +138,8 @@ class RemoteBackend:
     async def list_facts(
         self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[Memory]:
-        page = await self.client.list_facts(key=key, text=text, limit=limit, offset=offset)
+        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+        page = await self.client.list(where)
         return list(page.items)
 
     async def get_fact(self, id: int) -> Memory:

@@ -14,23 +14,27 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from ..models import Kind, MaintenanceReport, Memory, MemoryFilter, Session
-from . import shapes
-from .shapes import (
+from ..models import (
     ChatReply,
     FactHistory,
     Health,
     ItemPage,
+    ItemPopped,
+    ItemsAdded,
+    Kind,
+    MaintenanceReport,
+    Memory,
+    MemoryFilter,
     MessagePage,
     Observations,
     Page,
-    PurgeReport,
     RecallPreview,
     RevertReport,
-    ServerInfo,
+    Session,
     SessionWrites,
     Settings,
 )
+from .shapes import PurgeReport, ServerInfo, decode, decoder
 
 __all__ = ["UNSET", "Call", "Unset"]
 
@@ -56,6 +60,19 @@ UNSET = Unset()
 
 def _none(_: Any) -> None:
     return None
+
+
+def _item_ids(data: Any) -> tuple[int, ...]:
+    return decode(ItemsAdded, data).ids
+
+
+def _popped_item(data: Any) -> dict[str, Any] | None:
+    return decode(ItemPopped, data).item
+
+
+def _purge(data: Any) -> PurgeReport:
+    # The JSON maps each table to its count; the report keeps purge order as pairs.
+    return decode(PurgeReport, {**data, "deleted": list(data["deleted"].items())})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +136,17 @@ def filter_params(where: MemoryFilter, *, with_kind: bool = True) -> dict[str, A
 def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
     """``GET /api/memories``: facts and episodes, with every filter of ``where``."""
     params = filter_params(where)
-    return Call("GET", "/api/memories", shapes.parse_memory_page, params=params)
+    return Call("GET", "/api/memories", decoder(Page[Memory]), params=params)
 
 
 def get_memory(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/memories/{_seg(id)}", shapes.parse_memory)
+    return Call("GET", f"/api/memories/{_seg(id)}", decoder(Memory))
 
 
 def list_facts(where: MemoryFilter) -> Call[Page[Memory]]:
     """``GET /api/facts``: the route filters by ``key`` and ``text`` (its kind is fact)."""
     params = filter_params(where, with_kind=False)
-    return Call("GET", "/api/facts", shapes.parse_memory_page, params=params)
+    return Call("GET", "/api/facts", decoder(Page[Memory]), params=params)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -144,15 +161,15 @@ def create_fact(
         body["key"] = key
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
-    return Call("POST", "/api/facts", shapes.parse_memory, json=body, ok=(201,))
+    return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,))
 
 
 def get_fact(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/facts/{_seg(id)}", shapes.parse_memory)
+    return Call("GET", f"/api/facts/{_seg(id)}", decoder(Memory))
 
 
 def get_fact_by_key(key: str) -> Call[Memory]:
-    return Call("GET", f"/api/facts/by-key/{_seg(key)}", shapes.parse_memory)
+    return Call("GET", f"/api/facts/by-key/{_seg(key)}", decoder(Memory))
 
 
 def put_fact(
@@ -163,7 +180,7 @@ def put_fact(
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
     path = f"/api/facts/by-key/{_seg(key)}"
-    return Call("PUT", path, shapes.parse_memory, json=body, ok=(200, 201))
+    return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201))
 
 
 def update_fact(
@@ -181,7 +198,7 @@ def update_fact(
     }
     if not isinstance(expires_at, Unset):
         body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
-    return Call("PATCH", f"/api/facts/{_seg(id)}", shapes.parse_memory, json=body)
+    return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body)
 
 
 def delete_fact(id: int, *, purge: bool) -> Call[None]:
@@ -191,23 +208,23 @@ def delete_fact(id: int, *, purge: bool) -> Call[None]:
 
 
 def fact_history(id: int) -> Call[FactHistory]:
-    return Call("GET", f"/api/facts/{_seg(id)}/versions", shapes.parse_fact_history)
+    return Call("GET", f"/api/facts/{_seg(id)}/versions", decoder(FactHistory))
 
 
 def restore_fact(id: int, version: int) -> Call[Memory]:
     path = f"/api/facts/{_seg(id)}/restore"
-    return Call("POST", path, shapes.parse_memory, json={"version": version})
+    return Call("POST", path, decoder(Memory), json={"version": version})
 
 
 def list_episodes(where: MemoryFilter) -> Call[Page[Memory]]:
     """``GET /api/episodes``: the route filters by ``text``, ``session_id`` and creation
     time (its kind is episode)."""
     params = filter_params(where, with_kind=False)
-    return Call("GET", "/api/episodes", shapes.parse_memory_page, params=params)
+    return Call("GET", "/api/episodes", decoder(Page[Memory]), params=params)
 
 
 def get_episode(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/episodes/{_seg(id)}", shapes.parse_memory)
+    return Call("GET", f"/api/episodes/{_seg(id)}", decoder(Memory))
 
 
 def delete_episode(id: int) -> Call[None]:
@@ -216,7 +233,7 @@ def delete_episode(id: int) -> Call[None]:
 
 def recall(query: str, *, limit: int) -> Call[RecallPreview]:
     body = {"query": query, "limit": limit}
-    return Call("POST", "/api/recall", shapes.parse_recall_preview, json=body)
+    return Call("POST", "/api/recall", decoder(RecallPreview), json=body)
 
 
 def _deleted(data: Any) -> int:
@@ -233,7 +250,7 @@ def cleanup(*, confirm: bool, kind: Kind | None, older_than: datetime | None) ->
 
 
 def purge(*, confirm: bool) -> Call[PurgeReport]:
-    return Call("POST", "/api/purge", shapes.parse_purge, json={"confirm": confirm})
+    return Call("POST", "/api/purge", _purge, json={"confirm": confirm})
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -241,16 +258,16 @@ def purge(*, confirm: bool) -> Call[PurgeReport]:
 
 def list_sessions(*, limit: int, offset: int) -> Call[Page[Session]]:
     params = _query(limit=limit, offset=offset)
-    return Call("GET", "/api/sessions", shapes.parse_session_page, params=params)
+    return Call("GET", "/api/sessions", decoder(Page[Session]), params=params)
 
 
 def get_session(session_id: str) -> Call[Session]:
-    return Call("GET", f"/api/sessions/{_seg(session_id)}", shapes.parse_session)
+    return Call("GET", f"/api/sessions/{_seg(session_id)}", decoder(Session))
 
 
 def rename_session(session_id: str, title: str | None) -> Call[Session]:
     path = f"/api/sessions/{_seg(session_id)}"
-    return Call("PATCH", path, shapes.parse_session, json={"title": title})
+    return Call("PATCH", path, decoder(Session), json={"title": title})
 
 
 def delete_session(session_id: str) -> Call[None]:
@@ -260,22 +277,22 @@ def delete_session(session_id: str) -> Call[None]:
 def list_messages(session_id: str, *, after_id: int | None, limit: int) -> Call[MessagePage]:
     path = f"/api/sessions/{_seg(session_id)}/messages"
     params = _query(after_id=after_id, limit=limit)
-    return Call("GET", path, shapes.parse_message_page, params=params)
+    return Call("GET", path, decoder(MessagePage), params=params)
 
 
 def observations(session_id: str) -> Call[Observations]:
     path = f"/api/sessions/{_seg(session_id)}/observations"
-    return Call("GET", path, shapes.parse_observations)
+    return Call("GET", path, decoder(Observations))
 
 
 def session_writes(session_id: str) -> Call[SessionWrites]:
     path = f"/api/sessions/{_seg(session_id)}/writes"
-    return Call("GET", path, shapes.parse_session_writes)
+    return Call("GET", path, decoder(SessionWrites))
 
 
 def revert_session(session_id: str, *, confirm: bool) -> Call[RevertReport]:
     path = f"/api/sessions/{_seg(session_id)}/revert"
-    return Call("POST", path, shapes.parse_revert, json={"confirm": confirm})
+    return Call("POST", path, decoder(RevertReport), json={"confirm": confirm})
 
 
 def list_items(
@@ -284,18 +301,18 @@ def list_items(
     path = f"/api/sessions/{_seg(session_id)}/items"
     # With ``last`` the route ignores paging; send only what applies.
     params = _query(last=last) if last is not None else _query(after_id=after_id, limit=limit)
-    return Call("GET", path, shapes.parse_item_page, params=params)
+    return Call("GET", path, decoder(ItemPage), params=params)
 
 
 def add_items(session_id: str, items: Sequence[Mapping[str, Any]]) -> Call[tuple[int, ...]]:
     path = f"/api/sessions/{_seg(session_id)}/items"
     body = {"items": [dict(item) for item in items]}
-    return Call("POST", path, shapes.parse_item_ids, json=body, ok=(201,))
+    return Call("POST", path, _item_ids, json=body, ok=(201,))
 
 
 def pop_item(session_id: str) -> Call[dict[str, Any] | None]:
     path = f"/api/sessions/{_seg(session_id)}/items/last"
-    return Call("DELETE", path, shapes.parse_popped_item)
+    return Call("DELETE", path, _popped_item)
 
 
 def clear_items(session_id: str) -> Call[None]:
@@ -305,31 +322,31 @@ def clear_items(session_id: str) -> Call[None]:
 
 def chat(session_id: str, message: str) -> Call[ChatReply]:
     path = f"/api/sessions/{_seg(session_id)}/chat"
-    return Call("POST", path, shapes.parse_chat_reply, json={"message": message}, chat=True)
+    return Call("POST", path, decoder(ChatReply), json={"message": message}, chat=True)
 
 
 # --- settings and system ----------------------------------------------------------------------
 
 
 def read_settings() -> Call[Settings]:
-    return Call("GET", "/api/settings", shapes.parse_settings)
+    return Call("GET", "/api/settings", decoder(Settings))
 
 
 def update_settings(changes: Mapping[str, Any]) -> Call[Settings]:
-    return Call("PATCH", "/api/settings", shapes.parse_settings, json=dict(changes))
+    return Call("PATCH", "/api/settings", decoder(Settings), json=dict(changes))
 
 
 def reset_settings() -> Call[Settings]:
-    return Call("POST", "/api/settings/reset", shapes.parse_settings)
+    return Call("POST", "/api/settings/reset", decoder(Settings))
 
 
 def info() -> Call[ServerInfo]:
-    return Call("GET", "/api/info", shapes.parse_info)
+    return Call("GET", "/api/info", decoder(ServerInfo))
 
 
 def health() -> Call[Health]:
-    return Call("GET", "/healthz", shapes.parse_health, accept_errors=(503,))
+    return Call("GET", "/healthz", decoder(Health), accept_errors=(503,))
 
 
 def maintain() -> Call[MaintenanceReport]:
-    return Call("POST", "/api/maintenance", shapes.parse_maintenance)
+    return Call("POST", "/api/maintenance", decoder(MaintenanceReport))

@@ -1,23 +1,52 @@
+# Generated from src/popagent/client/async_.py by `python tools/async_to_sync.py`: DO NOT EDIT.
+# Change async_.py (or the tool's tables) and run the command again;
+# `scripts/check` fails while this file differs from what the tool makes.
 """``Client``: the blocking client of ``popagent serve``'s JSON API (one ``httpx.Client``).
 
-Every method is one request (the ``iter_*`` helpers one per page) and returns
-popagent's own values (``Memory``, ``RecallResult``, ``Session``, ``Message``)
-or the small frozen values of ``popagent.client.shapes``. Errors are
+Every method is one request (``iter`` and the ``iter_*`` helpers one per page) and returns
+popagent's own values (``popagent.models``: ``Memory``, ``Page``, ``ChatReply``, ...,
+the ones the server answers with) or the few of ``popagent.client.shapes``. Errors are
 popagent's (``popagent.client.errors``). The resource is the server's: no
-method takes a ``resource_id``. A client is safe to share between threads
-(``httpx.Client`` is); close it, or use it as a context manager.
+method takes a ``resource_id``.
+
+A client is safe to share between threads (``httpx.Client`` is);
+close it, or use it as a context manager.
+
+Generated from the asyncio ``AsyncClient`` (``popagent.client.async_``), method for method:
+change that one, then run ``python tools/async_to_sync.py`` (``scripts/check`` fails
+while the generated module is stale).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
-from ..models import Kind, MaintenanceReport, Memory, MemoryFilter, Message, Session
+from ..models import (
+    ChatReply,
+    FactHistory,
+    Health,
+    ItemPage,
+    Kind,
+    MaintenanceReport,
+    Memory,
+    MemoryFilter,
+    Message,
+    MessagePage,
+    Observations,
+    Page,
+    RecallPreview,
+    RevertReport,
+    Session,
+    SessionItem,
+    SessionWrites,
+    Settings,
+)
 from . import calls
 from ._base import (
     DEFAULT_CHAT_TIMEOUT_S,
@@ -30,23 +59,7 @@ from ._base import (
 )
 from .calls import UNSET, Call, Unset
 from .errors import error_from_response
-from .shapes import (
-    ChatDelta,
-    ChatReply,
-    FactHistory,
-    Health,
-    ItemPage,
-    MessagePage,
-    Observations,
-    Page,
-    PurgeReport,
-    RecallPreview,
-    RevertReport,
-    ServerInfo,
-    SessionItem,
-    SessionWrites,
-    Settings,
-)
+from .shapes import ChatDelta, PurgeReport, ServerInfo
 
 __all__ = ["Client", "paged"]
 
@@ -134,74 +147,15 @@ class Client:
         server checks ``where`` and names the field at fault."""
         return self._run(calls.list_memories(MemoryFilter() if where is None else where))
 
-    def list_memories(
-        self,
-        *,
-        kind: Kind | None = None,
-        key: str | None = None,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> Page[Memory]:
-        """One page of facts and episodes, newest first, filtered as given: :meth:`list`
-        with a ``MemoryFilter`` of these fields."""
-        return self.list(
-            MemoryFilter(
-                kind=kind,
-                key=key,
-                session_id=session_id,
-                text=text,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                offset=offset,
-            )
-        )
-
-    def iter_memories(
-        self,
-        *,
-        kind: Kind | None = None,
-        key: str | None = None,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 100,
-    ) -> Iterator[Memory]:
-        """Every memory :meth:`list_memories` finds, page by page (offset paging: a
-        memory written meanwhile can shift one into the next page or out of it)."""
-        return paged(
-            lambda offset: self.list_memories(
-                kind=kind,
-                key=key,
-                text=text,
-                session_id=session_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=page_size,
-                offset=offset,
-            )
-        )
+    def iter(self, where: MemoryFilter | None = None) -> Iterator[Memory]:
+        """Every memory ``where`` selects (``None``: all of them), newest first, from
+        ``where.offset`` on, one request per page of ``where.limit``. Offset paging: a
+        memory written meanwhile can shift one into the next page or out of it."""
+        first = MemoryFilter() if where is None else where
+        return paged(lambda offset: self.list(replace(first, offset=offset)), first.offset)
 
     def get_memory(self, id: int) -> Memory:
         return self._run(calls.get_memory(id))
-
-    def list_facts(
-        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
-    ) -> Page[Memory]:
-        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        return self._run(calls.list_facts(where))
-
-    def iter_facts(
-        self, *, key: str | None = None, text: str | None = None, page_size: int = 100
-    ) -> Iterator[Memory]:
-        return paged(
-            lambda offset: self.list_facts(key=key, text=text, limit=page_size, offset=offset)
-        )
 
     def create_fact(
         self,
@@ -268,47 +222,6 @@ class Client:
         comes back under its id. ``NotFoundError`` for an unknown version,
         ``ConflictError`` when its key or content is now another fact's."""
         return self._run(calls.restore_fact(id, version))
-
-    def list_episodes(
-        self,
-        *,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> Page[Memory]:
-        where = MemoryFilter(
-            kind="episode",
-            session_id=session_id,
-            text=text,
-            created_after=created_after,
-            created_before=created_before,
-            limit=limit,
-            offset=offset,
-        )
-        return self._run(calls.list_episodes(where))
-
-    def iter_episodes(
-        self,
-        *,
-        text: str | None = None,
-        session_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 100,
-    ) -> Iterator[Memory]:
-        return paged(
-            lambda offset: self.list_episodes(
-                text=text,
-                session_id=session_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=page_size,
-                offset=offset,
-            )
-        )
 
     def get_episode(self, id: int) -> Memory:
         return self._run(calls.get_episode(id))
@@ -423,11 +336,11 @@ class Client:
         """One agent turn; a session that does not exist yet is started by it."""
         return self._run(calls.chat(session_id, message))
 
-    def chat_stream(self, session_id: str, message: str) -> Iterator[ChatDelta | ChatReply]:
+    def chat_stream(self, session_id: str, message: str) -> Generator[ChatDelta | ChatReply, None]:
         """One agent turn, streamed: ``ChatDelta`` pieces as the model writes, then the
         ``ChatReply``. A failure mid-turn is raised as the whole-answer call raises it.
-        Leaving the loop early closes the connection; the turn still runs to its end
-        on the server."""
+        Leaving the loop early closes the connection as soon as the generator is dropped
+        (or closed); the turn still runs to its end on the server."""
         call = calls.chat(session_id, message)
         try:
             with self._http.stream(
@@ -475,9 +388,9 @@ class Client:
         return self._run(calls.maintain())
 
 
-def paged(fetch: Callable[[int], Page[T]]) -> Iterator[T]:
-    """Every item of the pages ``fetch(offset)`` returns, from offset 0 to the last page."""
-    offset: int | None = 0
+def paged(fetch: Callable[[int], Page[T]], start: int = 0) -> Iterator[T]:
+    """Every item of the pages ``fetch(offset)`` returns, from ``start`` to the last page."""
+    offset: int | None = start
     while offset is not None:
         page = fetch(offset)
         yield from page.items

@@ -9,7 +9,9 @@ fresh slot for every call, so concurrent calls never share one.
 
 Invariants:
 - Every shape here has a schema here, and the tests validate real results
-  against it (the SDK's client does too).
+  against it (the SDK's client does too). A value's shape is a declared
+  projection: its schema names the fields shown, and the JSON takes exactly
+  those from the value's own ``to_json`` (``popagent.models``), never a copy.
 - Shapes never carry ``resource_id``: the resource is the server's configuration,
   not something a client reads or chooses.
 - Structured output is built only from memories already screened when they were
@@ -57,14 +59,21 @@ class StructuredSlot:
     value: dict[str, Any] | None = None
 
 
-def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """A closed JSON Schema object: exactly ``properties``, ``required`` among them."""
+def object_schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """A closed JSON Schema object: exactly ``properties``, ``required`` among them
+    (``None``: all of them)."""
     return {
         "type": "object",
         "properties": properties,
-        "required": required,
+        "required": list(properties) if required is None else required,
         "additionalProperties": False,
     }
+
+
+def _project(schema: dict[str, Any], full: dict[str, object]) -> dict[str, Any]:
+    # The declared projection: the schema's properties, in its order, taken from the
+    # value's own JSON (``to_json``), so a field is described once, in ``models``.
+    return {name: full[name] for name in schema["properties"]}
 
 
 _TIME = {"type": "string", "format": "date-time"}
@@ -88,19 +97,6 @@ MEMORY_SCHEMA = object_schema(
         "expires_at": _NULLABLE_TIME,
         "version": {"type": "integer", "minimum": 1},
     },
-    [
-        "id",
-        "kind",
-        "key",
-        "content",
-        "importance",
-        "session_id",
-        "created_at",
-        "updated_at",
-        "origin",
-        "expires_at",
-        "version",
-    ],
 )
 
 FACT_VERSION_SCHEMA = object_schema(
@@ -117,19 +113,6 @@ FACT_VERSION_SCHEMA = object_schema(
         "ended": {"type": "string", "enum": ["updated", "deleted", "expired"]},
         "ended_origin": _ORIGIN,
     },
-    [
-        "version",
-        "key",
-        "content",
-        "importance",
-        "expires_at",
-        "session_id",
-        "origin",
-        "valid_from",
-        "valid_to",
-        "ended",
-        "ended_origin",
-    ],
 )
 
 RECALL_RESULT_SCHEMA = object_schema(
@@ -144,12 +127,10 @@ RECALL_RESULT_SCHEMA = object_schema(
                     "value": {"type": "number"},
                     "weight": {"type": "number"},
                     "contribution": {"type": "number"},
-                },
-                ["value", "weight", "contribution"],
+                }
             ),
         },
     },
-    ["memory", "score", "components"],
 )
 
 EPISODE_SUMMARY_SCHEMA = object_schema(
@@ -160,55 +141,23 @@ EPISODE_SUMMARY_SCHEMA = object_schema(
         "chars": {"type": "integer", "minimum": 0},
         "preview": {"type": "string"},
     },
-    ["id", "session_id", "created_at", "chars", "preview"],
 )
 
 
 def memory_json(m: Memory) -> dict[str, Any]:
     """A memory as ``MEMORY_SCHEMA`` describes it."""
-    return {
-        "id": m.id,
-        "kind": m.kind,
-        "key": m.key,
-        "content": m.content,
-        "importance": m.importance,
-        "session_id": m.session_id,
-        "created_at": m.created_at.isoformat(),
-        "updated_at": m.updated_at.isoformat(),
-        "origin": m.origin,
-        "expires_at": m.expires_at.isoformat() if m.expires_at else None,
-        "version": m.version,
-    }
+    return _project(MEMORY_SCHEMA, m.to_json())
 
 
 def fact_version_json(v: FactVersion) -> dict[str, Any]:
     """An earlier value of a fact, as ``FACT_VERSION_SCHEMA`` describes it."""
-    return {
-        "version": v.version,
-        "key": v.key,
-        "content": v.content,
-        "importance": v.importance,
-        "expires_at": v.expires_at.isoformat() if v.expires_at else None,
-        "session_id": v.session_id,
-        "origin": v.origin,
-        "valid_from": v.valid_from.isoformat(),
-        "valid_to": v.valid_to.isoformat(),
-        "ended": v.ended,
-        "ended_origin": v.ended_origin,
-    }
+    return _project(FACT_VERSION_SCHEMA, v.to_json())
 
 
 def recall_result_json(r: RecallResult) -> dict[str, Any]:
     """A recall result as ``RECALL_RESULT_SCHEMA`` describes it; ``score`` is the sum of
     the contributions."""
-    return {
-        "memory": memory_json(r.memory),
-        "score": r.score,
-        "components": {
-            c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
-            for c in r.components
-        },
-    }
+    return {**r.to_json(), "memory": memory_json(r.memory)}
 
 
 def preview(text: str, chars: int = EPISODE_PREVIEW_CHARS) -> str:

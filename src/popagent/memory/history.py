@@ -12,57 +12,20 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import ConflictError, NotFoundError
-from ..models import FactVersion, Memory, Provenance
+from ..models import FactVersion, Memory, Provenance, RevertReport, SessionWrites
 from ..store import memories as store
 from ..store import versions as version_store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
 from .validation import check_id, check_provenance
 
-__all__ = ["FactHistory", "RevertReport", "SessionWrites"]
+__all__ = ["FactHistory"]
 
 #: The most writes one session listing (and one revert) covers.
 SESSION_WRITES_CAP = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class SessionWrites:
-    """What one session wrote that still stands, and the fact values it ended.
-
-    ``memories``: current facts and episodes whose value the session wrote;
-    ``ended``: versions the session replaced or deleted.
-    """
-
-    session_id: str
-    memories: tuple[Memory, ...]
-    ended: tuple[FactVersion, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "session_id": self.session_id,
-            "memories": [m.to_json() for m in self.memories],
-            "ended": [v.to_json() for v in self.ended],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class RevertReport:
-    """What reverting a session did, by memory id."""
-
-    restored: tuple[int, ...] = ()
-    deleted: tuple[int, ...] = ()
-    skipped: tuple[int, ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "restored": list(self.restored),
-            "deleted": list(self.deleted),
-            "skipped": list(self.skipped),
-        }
 
 
 def _live_expiry(version: FactVersion, now: datetime) -> datetime | None:

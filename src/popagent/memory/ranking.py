@@ -1,6 +1,8 @@
 """Recall ranking as pure functions.
 
-A memory's score is a weighted sum of five signals, each in [0, 1]:
+A memory's score is a weighted sum of five signals, each in [0, 1] (``SIGNALS``
+holds each one's name, weight, Python scorer and SQL expression, so that
+``store.ranked`` computes the same score in one statement):
 
 ``text``
     Okapi BM25 of the query's lexemes (PostgreSQL's English stemming and stop
@@ -76,9 +78,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from operator import mul
 
 from ..models import Candidate, CorpusStats, Memory, RecallResult, ScoreComponent
 from .temporal import HALF_LIVES_CAP, TimeWindow, time_score
@@ -86,7 +89,11 @@ from .temporal import HALF_LIVES_CAP, TimeWindow, time_score
 __all__ = [
     "DEFAULT_WEIGHTS",
     "FUSIONS",
+    "SIGNALS",
     "RankingWeights",
+    "Scorer",
+    "ScoringContext",
+    "Signal",
     "bm25_text_score",
     "emphasised_lexemes",
     "idf",
@@ -271,9 +278,129 @@ def recency_score(updated_at: datetime, now: datetime, half_life_days: float) ->
     return float(0.5 ** min(age_days / half_life_days, HALF_LIVES_CAP))
 
 
-#: One signal before it becomes a ``ScoreComponent``: (name, value, weight). Ranking
-#: builds components only for the results it returns, not for every candidate.
-_Signal = tuple[str, float, float]
+#: A signal's value for one candidate, in [0, 1].
+Scorer = Callable[[Candidate], float]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringContext:
+    """One recall's side of scoring, from which each signal builds its ``Scorer``."""
+
+    stats: CorpusStats
+    weights: RankingWeights
+    now: datetime
+    window: TimeWindow | None
+    emphasis: Collection[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One signal of a recall's score, as Python and as SQL compute it.
+
+    ``name`` names the explanation's component, the ``RankingWeights`` field that
+    holds its weight, and the statement's column (``<name>_signal``, weighed by
+    the ``%(w_<name>)s`` parameter: ``store.ranked``). ``sql`` is its value as an
+    expression over ``store.ranked``'s ``scored`` step (``s``: the memory's row with
+    ``length`` and ``average_length``; ``t``: the query's totals; ``f``: the
+    memory's term aggregate; the statement's ``%(name)s`` parameters), ``NULL``
+    where the signal does not apply. ``scorer`` builds, once per recall, the
+    Python function that computes the same value (to 1e-12:
+    ``tests/test_ranked_recall.py``), or ``None`` where it does not apply.
+    ``relevance``: a signal of the query's words; the evidence rule reads them,
+    and semantic recall fuses them with ``vector`` (see the module docstring).
+    """
+
+    name: str
+    sql: str
+    scorer: Callable[[ScoringContext], Scorer | None]
+    relevance: bool = False
+
+
+def _text(context: ScoringContext) -> Scorer:
+    return _TextScorer(context.stats, context.weights, context.emphasis)
+
+
+def _trigram(context: ScoringContext) -> Scorer:
+    return _TrigramScorer(context.stats)
+
+
+def _importance(_context: ScoringContext) -> Scorer:
+    return lambda candidate: candidate.memory.importance
+
+
+def _recency(context: ScoringContext) -> Scorer:
+    now, half_life = context.now, context.weights.recency_half_life_days
+    return lambda candidate: recency_score(candidate.memory.updated_at, now, half_life)
+
+
+def _fact(_context: ScoringContext) -> Scorer:
+    return lambda candidate: 1.0 if candidate.memory.kind == "fact" else 0.0
+
+
+def _time(context: ScoringContext) -> Scorer | None:
+    window = context.window
+    if window is None:
+        return None
+    return lambda candidate: time_score(candidate.memory.created_at, window)
+
+
+def _halved(interval: str, scale: str) -> str:
+    """``0.5 ** min(days / scale, HALF_LIVES_CAP)`` in SQL, for an SQL interval and a
+    scale in days. least(): PostgreSQL's power() raises an underflow error below the
+    smallest double instead of returning 0 (``temporal.HALF_LIVES_CAP``)."""
+    days = f"extract(epoch FROM {interval})::float8 / 86400.0 / {scale}"
+    return f"power(0.5::float8, least({days}, {HALF_LIVES_CAP}))"
+
+
+#: Recall's signals, in the order of the score's sum and of the explanation's
+#: components (the relevance signals first). A new signal is one row here, its
+#: weight in ``RankingWeights``, and its test in ``tests/test_ranked_recall.py``.
+SIGNALS: tuple[Signal, ...] = (
+    Signal(
+        "text",
+        """CASE
+               WHEN f.matched = 0 THEN 0.0::float8
+               WHEN t.text_total <= 1e-9 THEN f.matched::float8 / t.lexemes
+               ELSE least(1.0, f.bm25 / t.text_total)
+           END""",
+        _text,
+        relevance=True,
+    ),
+    Signal(
+        "trigram",
+        """CASE
+               WHEN t.lexemes = 0 THEN 0.0::float8
+               ELSE least(1.0, f.covered / CASE WHEN t.trigram_total <= 1e-9
+                                                THEN t.lexemes::float8 ELSE t.trigram_total END)
+           END""",
+        _trigram,
+        relevance=True,
+    ),
+    Signal("importance", "s.importance", _importance),
+    Signal(
+        "recency",
+        f"""CASE
+               WHEN s.updated_at >= %(now)s THEN 1.0::float8
+               ELSE {_halved("%(now)s - s.updated_at", "%(half_life_days)s")}
+           END""",
+        _recency,
+    ),
+    Signal("fact", "CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END", _fact),
+    Signal(
+        "time",
+        f"""CASE
+               WHEN %(window_start)s::timestamptz IS NULL THEN NULL::float8
+               WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s
+                   THEN 1.0::float8
+               WHEN s.created_at < %(window_start)s
+                   THEN {_halved("%(window_start)s - s.created_at", "%(window_scale)s")}
+               ELSE {_halved("s.created_at - %(window_end)s", "%(window_scale)s")}
+           END""",
+        _time,
+    ),
+)
+_RELEVANCE = tuple(signal for signal in SIGNALS if signal.relevance)
+_OTHERS = tuple(signal for signal in SIGNALS if not signal.relevance)
 
 
 def rank(
@@ -296,44 +423,47 @@ def rank(
     id, so the order is total and repeatable.
     """
     candidates = _merge(candidates)
-    text_score = _TextScorer(stats, weights, emphasis)
-    trigram_of = _TrigramScorer(stats)
-    # (text, trigram, similarity or None) of each candidate with some evidence.
-    relevant: list[tuple[Candidate, float, float, float | None]] = []
+    context = ScoringContext(stats, weights, now, window, emphasis)
+    # The evidence rule is over the two relevance signals: text, then trigram.
+    text_of, trigram_of = [signal.scorer(context) for signal in _RELEVANCE]
+    assert text_of is not None and trigram_of is not None  # they apply to every recall
+    relevant: list[Candidate] = []
+    relevance: list[tuple[float, ...]] = []
     min_trigram = weights.min_trigram
     min_similarity = _similarity_floor(candidates, weights) if semantic else 0.0
     for cand in candidates:
-        text = text_score(cand)
-        trigram = trigram_of(cand)
-        similarity = cand.similarity if semantic else None
-        lexical = text > 0.0 or trigram > min_trigram
-        if not lexical and (similarity is None or similarity < min_similarity):
+        text, trigram = text_of(cand), trigram_of(cand)
+        if not (text > 0.0 or trigram > min_trigram) and (
+            not semantic or cand.similarity is None or cand.similarity < min_similarity
+        ):
             continue
-        relevant.append((cand, text, trigram, similarity))
-    relevance = _relevance(relevant, weights, semantic, min_similarity)
-    half_life = weights.recency_half_life_days
-    scored: list[tuple[float, bool, datetime, int, tuple[_Signal, ...], Candidate]] = []
-    for (cand, *_signals), parts in zip(relevant, relevance, strict=True):
+        relevant.append(cand)
+        relevance.append((text, trigram))
+    names, signal_weights, rows = _relevance(relevant, relevance, weights, semantic, min_similarity)
+    # The other signals that apply, computed a column at a time (the loop stays in C).
+    others = [
+        (signal.name, scorer)
+        for signal in _OTHERS
+        if (scorer := signal.scorer(context)) is not None
+    ]
+    names += tuple(name for name, _scorer in others)
+    signal_weights += tuple(getattr(weights, name) for name, _scorer in others)
+    columns = [list(map(scorer, relevant)) for _name, scorer in others]
+    if columns:
+        rows = [row + more for row, more in zip(rows, zip(*columns, strict=True), strict=True)]
+    scored: list[tuple[float, bool, datetime, int, tuple[float, ...], Candidate]] = []
+    for cand, values in zip(relevant, rows, strict=True):
         memory = cand.memory
-        is_fact = memory.kind == "fact"
-        signals = (
-            *parts,
-            ("importance", memory.importance, weights.importance),
-            ("recency", recency_score(memory.updated_at, now, half_life), weights.recency),
-            ("fact", 1.0 if is_fact else 0.0, weights.fact),
-        )
-        if window is not None:
-            signals += (("time", time_score(memory.created_at, window), weights.time),)
-        score = sum(value * weight for _name, value, weight in signals)
-        scored.append((score, is_fact, memory.updated_at, memory.id, signals, cand))
+        score = sum(map(mul, values, signal_weights))
+        scored.append((score, memory.kind == "fact", memory.updated_at, memory.id, values, cand))
     scored.sort(key=lambda s: (s[0], s[1], s[2], s[3]), reverse=True)
     return [
         RecallResult(
             memory=cand.memory,
             score=score,
-            components=tuple(ScoreComponent(*signal) for signal in signals),
+            components=tuple(map(ScoreComponent, names, values, signal_weights)),
         )
-        for score, _fact, _updated, _id, signals, cand in scored[:limit]
+        for score, _fact, _updated, _id, values, cand in scored[:limit]
     ]
 
 
@@ -358,63 +488,58 @@ def _merge(candidates: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _relevance(
-    relevant: Sequence[tuple[Candidate, float, float, float | None]],
+    relevant: Sequence[Candidate],
+    values: list[tuple[float, ...]],
     weights: RankingWeights,
     semantic: bool,
     min_similarity: float,
-) -> list[tuple[_Signal, ...]]:
-    """The relevance signals of each candidate, in order (see the module docstring)."""
+) -> tuple[tuple[str, ...], tuple[float, ...], list[tuple[float, ...]]]:
+    """The relevance components' names and weights, and each candidate's values, in
+    order (see the module docstring): the relevance signals as they are, or fused
+    with the vector signal."""
+    names = tuple(signal.name for signal in _RELEVANCE)
+    own = tuple(getattr(weights, name) for name in names)
     if not semantic:
-        text_weight, trigram_weight = weights.text, weights.trigram
-        return [
-            (("text", text, text_weight), ("trigram", tri, trigram_weight))
-            for _cand, text, tri, _sim in relevant
-        ]
-    sims = [sim for *_rest, sim in relevant if sim is not None]
-    low, high = (min(sims), max(sims)) if sims else (0.0, 0.0)
+        return names, own, values
+    sims = [c.similarity for c in relevant]
+    known = [sim for sim in sims if sim is not None]
+    low, high = (min(known), max(known)) if known else (0.0, 0.0)
     vectors = [
-        0.0 if sim is None else (sim - low) / (high - low) if high > low else 1.0
-        for *_rest, sim in relevant
+        0.0 if sim is None else (sim - low) / (high - low) if high > low else 1.0 for sim in sims
     ]
-    raw: list[_Signal] = [
-        ("similarity", sim if sim is not None else 0.0, 0.0) for *_r, sim in relevant
-    ]
+    raw = [sim if sim is not None else 0.0 for sim in sims]
+    relevance_weight = sum(own)
+    semantic_names = (*names, "vector", "similarity")
     if weights.fusion == "blend":
         lexical_share = 1.0 - weights.semantic_share
-        vector_weight = (weights.text + weights.trigram) * weights.semantic_share
-        return [
-            (
-                ("text", text, weights.text * lexical_share),
-                ("trigram", tri, weights.trigram * lexical_share),
-                ("vector", vector, vector_weight),
-                similarity,
-            )
-            for (_cand, text, tri, _sim), vector, similarity in zip(
-                relevant, vectors, raw, strict=True
-            )
-        ]
-    lexical = [weights.text * text + weights.trigram * tri for _c, text, tri, _s in relevant]
+        blended = tuple(weight * lexical_share for weight in own)
+        vector_weight = relevance_weight * weights.semantic_share
+        return (
+            semantic_names,
+            (*blended, vector_weight, 0.0),
+            [(*v, vector, sim) for v, vector, sim in zip(values, vectors, raw, strict=True)],
+        )
+    lexical = [sum(map(mul, own, v)) for v in values]
     lexical_rank = _ranks([(v, v > 0.0) for v in lexical])
     vector_rank = _ranks(
         [
             (v, sim is not None and sim >= min_similarity)
-            for v, (*_r, sim) in zip(vectors, relevant, strict=True)
+            for v, sim in zip(vectors, sims, strict=True)
         ]
     )
     best = 2.0 / (weights.rrf_k + 1.0)
-    out: list[tuple[_Signal, ...]] = []
-    for i, (_cand, text, tri, _sim) in enumerate(relevant):
-        fused = sum(1.0 / (weights.rrf_k + r[i]) for r in (lexical_rank, vector_rank) if r[i])
-        out.append(
-            (
-                ("fused", fused / best, weights.text + weights.trigram),
-                ("text", text, 0.0),
-                ("trigram", tri, 0.0),
-                ("vector", vectors[i], 0.0),
-                raw[i],
-            )
-        )
-    return out
+    fused = [
+        sum(1.0 / (weights.rrf_k + r[i]) for r in (lexical_rank, vector_rank) if r[i]) / best
+        for i in range(len(values))
+    ]
+    return (
+        ("fused", *semantic_names),
+        (relevance_weight, *(0.0 for _ in semantic_names)),
+        [
+            (f, *v, vector, sim)
+            for f, v, vector, sim in zip(fused, values, vectors, raw, strict=True)
+        ],
+    )
 
 
 def _ranks(values: Sequence[tuple[float, bool]]) -> list[int]:

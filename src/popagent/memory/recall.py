@@ -34,7 +34,7 @@ from ..store import ranked as ranked_sql
 from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from .base import MemoryBase
-from .ranking import RankingWeights, emphasised_lexemes, idf, rank, with_next_turns
+from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window
 from .validation import (
@@ -43,13 +43,24 @@ from .validation import (
     check_query,
 )
 
-__all__ = ["RecallMode", "RecallReport", "Recalling", "candidate_idfs", "recall_pool"]
+__all__ = [
+    "LEXICAL_RECALL",
+    "RecallMode",
+    "RecallReport",
+    "Recalling",
+    "candidate_idfs",
+    "recall_pool",
+]
 
 # The logger keeps the name it had before recall moved here: users filter on it.
 log = logging.getLogger("popagent.memory.longterm")
 
 #: ``recall_report`` counts pending vectors up to this many ("10,000 or more").
 PENDING_COUNT_CAP = 10_000
+
+#: Lexical recall's statements, written once from the table of signals.
+LEXICAL_RECALL = ranked_sql.LexicalRecall(SIGNALS)
+_NAMES = LEXICAL_RECALL.names
 
 
 def recall_pool(limit: int) -> int:
@@ -248,6 +259,7 @@ class Recalling(MemoryBase):
         """Lexical recall in one statement (``store.ranked``): the same ranking as
         ``rank`` over ``store.recall``'s candidates, scored by PostgreSQL."""
         w = self.weights
+        weights = tuple(getattr(w, signal.name) for signal in SIGNALS)
         parameters = ranked_sql.RecallParameters(
             limit=limit,
             pool=recall_pool(limit),
@@ -256,21 +268,14 @@ class Recalling(MemoryBase):
             b=w.bm25_b,
             half_life_days=w.recency_half_life_days,
             min_trigram=w.min_trigram,
-            w_text=w.text,
-            w_trigram=w.trigram,
-            w_importance=w.importance,
-            w_recency=w.recency,
-            w_fact=w.fact,
-            w_time=w.time if window is not None else 0.0,
+            weights=weights,
             window_start=window.start if window is not None else None,
             window_end=window.end if window is not None else None,
             window_scale=max(window.days, 1.0) if window is not None else None,
         )
         async with self._pool.connection() as conn:
-            rows = await ranked_sql.lexical_recall(
-                conn, resource_id, query, parameters, touch=touch
-            )
-        return [_explained(row, w) for row in rows]
+            rows = await LEXICAL_RECALL.rows(conn, resource_id, query, parameters, touch=touch)
+        return [_explained(row, weights) for row in rows]
 
     def _check_mode(self, mode: object) -> RecallMode:
         if mode is None:
@@ -294,15 +299,11 @@ class Recalling(MemoryBase):
         return first
 
 
-def _explained(row: ranked_sql.RankedRow, w: RankingWeights) -> RecallResult:
+def _explained(row: ranked_sql.RankedRow, weights: tuple[float, ...]) -> RecallResult:
     """A ranked row as ``rank`` would have explained it: the same components, in order."""
-    components: tuple[ScoreComponent, ...] = (
-        ScoreComponent("text", row.text, w.text),
-        ScoreComponent("trigram", row.trigram, w.trigram),
-        ScoreComponent("importance", row.memory.importance, w.importance),
-        ScoreComponent("recency", row.recency, w.recency),
-        ScoreComponent("fact", row.fact, w.fact),
+    components = tuple(
+        ScoreComponent(name, value, weight)
+        for name, value, weight in zip(_NAMES, row.signals, weights, strict=True)
+        if value is not None
     )
-    if row.time is not None:
-        components += (ScoreComponent("time", row.time, w.time),)
     return RecallResult(memory=row.memory, score=row.score, components=components)

@@ -1,6 +1,6 @@
 r"""Lexical recall in one statement: candidates, scores, order and access bookkeeping.
 
-``LEXICAL_RECALL`` is what ``store.recall``'s two statements and
+``LexicalRecall``'s statement is what ``store.recall``'s two statements and
 ``memory.ranking.rank`` do for a lexical recall, done by PostgreSQL in one round
 trip, so that a recall costs the server process one execute and the decoding of
 the ``limit`` rows it returns instead of two executes, ``pool`` decoded
@@ -23,12 +23,12 @@ Steps, each a CTE:
 ``chosen``, ``hits``
     ``choose_lexemes`` (rarest first within ``CANDIDATE_BUDGET``) and the
     candidate pool pre-ordered by the IDF it covers (``LEXICAL_CANDIDATES``).
-``scored``
-    The five (or six, with a period) signals of each candidate, its score, and
-    the evidence rule; then the best ``limit`` by score, then facts, then the
-    more recently updated, then the higher id.
+``scored``, ``ranked``
+    The signals of each candidate (``memory.ranking.SIGNALS``, a column each:
+    ``LexicalRecall``), its score, and the evidence rule; then the best ``limit``
+    by score, then facts, then the more recently updated, then the higher id.
 
-``LEXICAL_RECALL_TOUCH`` also records the access of the returned memories
+The touching statement also records the access of the returned memories
 (``TOUCH_ACCESSED``'s rules: ``SKIP LOCKED``, asynchronous commit), returning
 their new access time and count; it must run outside a transaction, as its own.
 Every table is read by ``resource_id``, with an equality on it in every CTE: on a
@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from typing import Protocol
 
 from psycopg import AsyncRawCursor
 from psycopg.rows import tuple_row
@@ -53,12 +54,10 @@ from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, touch_statement, tuple_to_me
 from .recall import CANDIDATE_BUDGET, NEIGHBOUR_THRESHOLD, NEIGHBOURS_PER_LEXEME
 
 __all__ = [
-    "LEXICAL_RECALL",
-    "LEXICAL_RECALL_TOUCH",
-    "PARAMETERS",
+    "LexicalRecall",
     "RankedRow",
     "RecallParameters",
-    "lexical_recall",
+    "SignalSQL",
     "positional",
     "statement",
 ]
@@ -151,37 +150,7 @@ WITH q AS MATERIALIZED (
 ), scored AS (
     -- The signals as plain expressions over one aggregate per memory: each LATERAL
     -- here would be one more relation for the planner to order (planning time).
-    SELECT s.*,
-           CASE
-               WHEN f.matched = 0 THEN 0.0::float8
-               WHEN t.text_total <= 1e-9 THEN f.matched::float8 / t.lexemes
-               ELSE least(1.0, f.bm25 / t.text_total)
-           END AS text_signal,
-           CASE
-               WHEN t.lexemes = 0 THEN 0.0::float8
-               ELSE least(1.0, f.covered / CASE WHEN t.trigram_total <= 1e-9
-                                                THEN t.lexemes::float8 ELSE t.trigram_total END)
-           END AS trigram_signal,
-           CASE
-               WHEN s.updated_at >= %(now)s THEN 1.0::float8
-               -- least(): PostgreSQL's power() raises an underflow error below the
-               -- smallest double instead of returning 0 (memory.temporal.HALF_LIVES_CAP).
-               ELSE power(0.5::float8, least(extract(epoch FROM %(now)s - s.updated_at)::float8
-                                             / 86400.0 / %(half_life_days)s, 1000.0))
-           END AS recency_signal,
-           CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END AS fact_signal,
-           CASE
-               WHEN %(window_start)s::timestamptz IS NULL THEN NULL::float8
-               WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s
-                   THEN 1.0::float8
-               WHEN s.created_at < %(window_start)s
-                   THEN power(0.5::float8,
-                              least(extract(epoch FROM %(window_start)s - s.created_at)::float8
-                                    / 86400.0 / %(window_scale)s, 1000.0))
-               ELSE power(0.5::float8,
-                          least(extract(epoch FROM s.created_at - %(window_end)s)::float8
-                                / 86400.0 / %(window_scale)s, 1000.0))
-           END AS time_signal
+    SELECT s.*{{signals}}
     FROM signals s
     CROSS JOIN totals t
     CROSS JOIN LATERAL (
@@ -203,46 +172,41 @@ WITH q AS MATERIALIZED (
     ) AS f
 ), ranked AS MATERIALIZED (
     SELECT s.*,
-           s.text_signal * %(w_text)s + s.trigram_signal * %(w_trigram)s
-           + s.importance * %(w_importance)s + s.recency_signal * %(w_recency)s
-           + s.fact_signal * %(w_fact)s + coalesce(s.time_signal * %(w_time)s, 0.0) AS score
+           {{score}} AS score
     FROM scored s
     WHERE s.text_signal > 0.0 OR s.trigram_signal > %(min_trigram)s
     ORDER BY score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
     LIMIT %(limit)s
 )"""
 
-_RANKED_COLUMNS = (
-    "s.length, s.score, s.text_signal, s.trigram_signal, s.recency_signal, s.fact_signal, "
-    "s.time_signal"
+
+# The statement's ORDER BY: score, then facts, then the more recently updated, then the higher id.
+_ORDER = "ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC"
+
+# What a touching recall returns of the memory: the access it has just recorded.
+_TOUCHED = _SELECTED.replace("s.accessed_at", "coalesce(u.accessed_at, s.accessed_at)").replace(
+    "s.access_count", "coalesce(u.access_count, s.access_count)"
 )
 
-#: Lexical recall without access bookkeeping (a preview).
-LEXICAL_RECALL = f"""{_RANKED}
-SELECT {_SELECTED}, {_RANKED_COLUMNS}
-FROM ranked s
-ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
-"""
 
-#: Lexical recall that records the access of what it returns (see the module docstring).
-LEXICAL_RECALL_TOUCH = f"""{_RANKED}, touched AS ({touch_statement("IN (SELECT id FROM ranked)")})
-SELECT {
-    _SELECTED.replace("s.accessed_at", "coalesce(u.accessed_at, s.accessed_at)").replace(
-        "s.access_count", "coalesce(u.access_count, s.access_count)"
-    )
-}, {_RANKED_COLUMNS}
-FROM ranked s
-LEFT JOIN touched u ON u.resource_id = s.resource_id AND u.id = s.id
-ORDER BY s.score DESC, s.kind = 'fact' DESC, s.updated_at DESC, s.id DESC
-"""
+class SignalSQL(Protocol):
+    """What the statement needs of one recall signal (``memory.ranking.Signal``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sql(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RecallParameters:
     """The knobs of one lexical recall: ``memory.ranking.RankingWeights`` and the period.
 
-    ``window_*`` are all ``None`` when the query names no period (or the time
-    weight is 0); ``window_scale`` is the period's length in days, at least 1.
+    ``weights`` are the signals' weights, in the order of ``LexicalRecall``'s
+    signals. ``window_*`` are all ``None`` when the query names no period (or
+    the time weight is 0); ``window_scale`` is the period's length in days, at
+    least 1.
     """
 
     limit: int
@@ -252,12 +216,7 @@ class RecallParameters:
     b: float
     half_life_days: float
     min_trigram: float
-    w_text: float
-    w_trigram: float
-    w_importance: float
-    w_recency: float
-    w_fact: float
-    w_time: float
+    weights: tuple[float, ...]
     window_start: datetime | None = None
     window_end: datetime | None = None
     window_scale: float | None = None
@@ -265,28 +224,85 @@ class RecallParameters:
 
 @dataclass(frozen=True, slots=True)
 class RankedRow:
-    """One returned memory with its signals; ``time`` is ``None`` without a period."""
+    """One returned memory with its score and its signals' values, in the order of
+    ``LexicalRecall``'s signals (``None``: a signal that does not apply, as ``time``
+    without a period)."""
 
     memory: Memory
     length: int
     score: float
-    text: float
-    trigram: float
-    recency: float
-    fact: float
-    time: float | None
+    signals: tuple[float | None, ...]
 
 
-#: The parameters of both statements, in the order of their ``$n`` placeholders.
-#: ``limit`` and ``pool`` are not among them: they are written into the text.
-PARAMETERS = (
-    "resource_id", "query", "now", "k1", "k1_plus_1", "b", "half_life_days",
-    "min_trigram", "w_text", "w_trigram", "w_importance", "w_recency", "w_fact", "w_time",
-    "window_start", "window_end", "window_scale",
-)  # fmt: skip
+class LexicalRecall:
+    """Lexical recall's two statements for one table of signals, written once.
+
+    ``memory.recall`` builds one from ``memory.ranking.SIGNALS`` when it is
+    imported: each signal is a column ``<name>_signal`` of the ``scored`` step,
+    weighed in the score by the parameter ``w_<name>`` (a ``NULL`` counts 0), and
+    returned after the score in the same order.
+    """
+
+    __slots__ = ("names", "parameters", "preview_text", "touch_text")
+
+    def __init__(self, signals: Sequence[SignalSQL]) -> None:
+        self.names = tuple(signal.name for signal in signals)
+        #: The parameters of both statements, in the order of their ``$n`` placeholders.
+        #: ``limit`` and ``pool`` are not among them: they are written into the text.
+        self.parameters = (
+            *("resource_id", "query", "now", "k1", "k1_plus_1", "b", "half_life_days"),
+            *("min_trigram", *(f"w_{name}" for name in self.names)),
+            *("window_start", "window_end", "window_scale"),
+        )
+        columns = "".join(f",\n           {s.sql} AS {s.name}_signal" for s in signals)
+        score = "\n           + ".join(
+            f"coalesce(s.{name}_signal * %(w_{name})s, 0.0)" for name in self.names
+        )
+        ranked = _RANKED.replace("{signals}", columns).replace("{score}", score)
+        returned = ", ".join(("s.length", "s.score", *(f"s.{n}_signal" for n in self.names)))
+        #: Lexical recall without access bookkeeping (a preview).
+        self.preview_text = f"{ranked}\nSELECT {_SELECTED}, {returned}\nFROM ranked s\n{_ORDER}\n"
+        #: Lexical recall that records the access of what it returns (see the module docstring).
+        self.touch_text = f"""{ranked}, touched AS ({touch_statement("IN (SELECT id FROM ranked)")})
+SELECT {_TOUCHED}, {returned}
+FROM ranked s
+LEFT JOIN touched u ON u.resource_id = s.resource_id AND u.id = s.id
+{_ORDER}
+"""
+        # A signal's unknown parameter fails here, on import, not on the first recall.
+        positional(self.touch_text, (*self.parameters, "limit", "pool"))
+
+    def statement(self, touch: bool, limit: int, pool: int, distributed: bool = False) -> str:
+        """The statement to run (see ``statement``)."""
+        return statement(
+            self.touch_text if touch else self.preview_text,
+            self.parameters,
+            limit,
+            pool,
+            distributed,
+        )
+
+    async def rows(
+        self, conn: Conn, resource_id: str, query: str, parameters: RecallParameters, *, touch: bool
+    ) -> list[RankedRow]:
+        """The ranked rows of a lexical recall, best first (see the module docstring)."""
+        p = parameters
+        if len(p.weights) != len(self.names):
+            raise ValueError(f"{len(self.names)} signal weights expected, got {len(p.weights)}")
+        params = (
+            resource_id, query, p.now, p.k1, p.k1 + 1.0, p.b, p.half_life_days,
+            p.min_trigram, *p.weights, p.window_start, p.window_end, p.window_scale,
+        )  # fmt: skip
+        text = self.statement(touch, p.limit, p.pool, await distributed(conn))
+        # Tuple rows, decoded positionally: this is the whole of recall's decoding.
+        async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
+            await cur.execute(text, params)
+            rows = await cur.fetchall()
+        w = MEMORY_WIDTH
+        return [RankedRow(tuple_to_memory(r), r[w], r[w + 1], r[w + 2 :]) for r in rows]
 
 
-def positional(query: str, names: Sequence[str] = PARAMETERS) -> str:
+def positional(query: str, names: Sequence[str]) -> str:
     """``query`` with each ``%(name)s`` as ``$n`` (``names``' order) and ``%%`` as ``%``.
 
     The statements are run by a raw cursor: psycopg re-parses the placeholders
@@ -301,9 +317,12 @@ def positional(query: str, names: Sequence[str] = PARAMETERS) -> str:
 
 
 @lru_cache(maxsize=64, typed=True)
-def statement(touch: bool, limit: int, pool: int, distributed: bool = False) -> str:
-    """The statement to run: ``limit`` and ``pool`` written in as numbers, and the
-    resource id read through ``(SELECT $1)``, or as a bare ``$1`` when ``distributed``.
+def statement(
+    text: str, names: tuple[str, ...], limit: int, pool: int, distributed: bool = False
+) -> str:
+    """``text`` (one of ``LexicalRecall``'s) as run: ``limit`` and ``pool`` written in as
+    numbers, the resource id read through ``(SELECT $1)``, or as a bare ``$1`` when
+    ``distributed``, and the placeholders numbered in ``names``' order.
 
     Both are for PostgreSQL's plan cache. Planning this statement takes about a
     millisecond, so psycopg prepares it and PostgreSQL should reuse one generic
@@ -327,32 +346,8 @@ def statement(touch: bool, limit: int, pool: int, distributed: bool = False) -> 
     """
     if not all(type(n) is int and n > 0 for n in (limit, pool)):  # no bools, no text
         raise ValueError("limit and pool must be positive integers")
-    text = LEXICAL_RECALL_TOUCH if touch else LEXICAL_RECALL
     if not distributed:
         text = for_postgresql(text, "m")
         text = text.replace("%(resource_id)s", "(SELECT %(resource_id)s::text)")
-    return positional(text.replace("%(limit)s", str(limit)).replace("%(pool)s", str(pool)))
-
-
-async def lexical_recall(
-    conn: Conn, resource_id: str, query: str, parameters: RecallParameters, *, touch: bool
-) -> list[RankedRow]:
-    """The ranked rows of a lexical recall, best first (see the module docstring)."""
-    p = parameters
-    params = (
-        resource_id, query, p.now, p.k1, p.k1 + 1.0, p.b, p.half_life_days,
-        p.min_trigram, p.w_text, p.w_trigram, p.w_importance, p.w_recency, p.w_fact, p.w_time,
-        p.window_start, p.window_end, p.window_scale,
-    )  # fmt: skip
-    text = statement(touch, p.limit, p.pool, await distributed(conn))
-    # Tuple rows, decoded positionally: this is the whole of recall's decoding.
-    async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
-        await cur.execute(text, params)
-        rows = await cur.fetchall()
-    w = MEMORY_WIDTH
-    return [
-        RankedRow(
-            tuple_to_memory(r), r[w], r[w + 1], r[w + 2], r[w + 3], r[w + 4], r[w + 5], r[w + 6]
-        )
-        for r in rows
-    ]
+    text = text.replace("%(limit)s", str(limit)).replace("%(pool)s", str(pool))
+    return positional(text, names)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 
-from ..agent import Agent, build_agent
+from ..agent import Agent
 from ..keys import KeyStore, Principal
 from ..memory.longterm import LongTermMemory
 from ..models import ObservationGroup, ObservationLog
@@ -35,8 +35,7 @@ from .config import ServerConfig
 from .logins import LoginStore
 from .scheduler import MaintenanceScheduler
 
-# ``build_agent`` lives in ``popagent.agent.builder``; re-exported for old imports.
-__all__ = ["Services", "build_agent", "principal_of", "services", "shown_resource"]
+__all__ = ["Services", "principal_of", "services", "shown_resource"]
 
 T = TypeVar("T")
 

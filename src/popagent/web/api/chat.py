@@ -31,8 +31,9 @@ from starlette.exceptions import HTTPException
 from ...agent import Agent, TurnResult
 from ...checks import check_text, is_blank
 from ...errors import DatabaseBusyError, PopagentError, TurnFailedError, ValidationError
+from ...models import ChatReply
 from ..errors import DATABASE_UNAVAILABLE, OUTAGE_ERRORS, error_body
-from ..schemas import ChatReply, ChatRequest, ErrorOut
+from ..schemas import ChatRequest, ErrorOut
 from ..services import Services, services
 
 __all__ = ["NO_MODEL", "SHOWN_RESULTS", "reply_json", "router"]

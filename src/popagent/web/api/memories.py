@@ -25,18 +25,15 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from ...errors import ConflictError, NotFoundError, ValidationError
 from ...memory.validation import KEY_CAP, normalize_fact_content, normalize_key
-from ...models import Memory, MemoryFilter, Provenance
+from ...models import FactHistory, Memory, MemoryFilter, Page, Provenance
 from ..schemas import (
     CleanupReport,
     CleanupRequest,
     ErrorOut,
     FactCreate,
-    FactHistoryOut,
     FactPut,
     FactRestore,
     FactUpdate,
-    MemoryOut,
-    MemoryPage,
 )
 from ..services import services
 
@@ -75,19 +72,13 @@ SessionFilter = Annotated[str | None, Query(min_length=1, max_length=256)]
 When = Annotated[datetime | None, Query(description="ISO 8601 with a time zone.")]
 
 
-def _page(rows: list[Memory], limit: int, offset: int) -> MemoryPage:
+def _page(rows: list[Memory], limit: int, offset: int) -> Page[Memory]:
     more = len(rows) > limit
-    return MemoryPage.model_validate(
-        {
-            "items": [m.to_json() for m in rows[:limit]],
-            "limit": limit,
-            "offset": offset,
-            "next_offset": offset + limit if more else None,
-        }
-    )
+    next_offset = offset + limit if more else None
+    return Page(items=tuple(rows[:limit]), limit=limit, offset=offset, next_offset=next_offset)
 
 
-async def _list_page(request: Request, where: MemoryFilter) -> MemoryPage:
+async def _list_page(request: Request, where: MemoryFilter) -> Page[Memory]:
     """The page of the server's resource that ``where`` selects; every list route's one
     call. One memory more than the page is read to tell whether another page follows."""
     s = services(request)
@@ -95,7 +86,7 @@ async def _list_page(request: Request, where: MemoryFilter) -> MemoryPage:
     return _page(rows, where.limit, where.offset)
 
 
-@router.get("/memories", response_model=MemoryPage, summary="List or search facts and episodes")
+@router.get("/memories", response_model=Page[Memory], summary="List or search facts and episodes")
 async def list_memories(
     request: Request,
     kind: Literal["fact", "episode"] | None = None,
@@ -106,7 +97,7 @@ async def list_memories(
     created_before: When = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> MemoryPage:
+) -> Page[Memory]:
     where = MemoryFilter(
         kind=kind,
         key=key,
@@ -120,29 +111,29 @@ async def list_memories(
     return await _list_page(request, where)
 
 
-@router.get("/memories/{id}", response_model=MemoryOut, summary="Read a fact or an episode")
-async def get_memory(request: Request, id: MemoryId) -> dict[str, object]:
+@router.get("/memories/{id}", response_model=Memory, summary="Read a fact or an episode")
+async def get_memory(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return (await s.memory.get(s.resource_id, id)).to_json()
+    return await s.memory.get(s.resource_id, id)
 
 
 # --- facts ------------------------------------------------------------------------------------
 
 
-@router.get("/facts", response_model=MemoryPage, summary="List or search facts")
+@router.get("/facts", response_model=Page[Memory], summary="List or search facts")
 async def list_facts(
     request: Request,
     key: KeyFilter = None,
     text: TextFilter = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> MemoryPage:
+) -> Page[Memory]:
     where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
     return await _list_page(request, where)
 
 
-@router.post("/facts", response_model=MemoryOut, status_code=201, summary="Create a fact")
-async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
+@router.post("/facts", response_model=Memory, status_code=201, summary="Create a fact")
+async def create_fact(request: Request, body: FactCreate) -> Memory:
     """Strict create: a key that another fact holds, or a keyless fact identical to
     another, is a 409 whose message names that fact's id. To set a key's value
     whether or not it exists, ``PUT /api/facts/by-key/{key}``."""
@@ -158,7 +149,7 @@ async def create_fact(request: Request, body: FactCreate) -> dict[str, object]:
         )
     except ConflictError as exc:
         raise await _named_conflict(request, body, exc) from None
-    return fact.to_json()
+    return fact
 
 
 async def _named_conflict(request: Request, body: FactCreate, exc: ConflictError) -> ConflictError:
@@ -183,27 +174,25 @@ async def _named_conflict(request: Request, body: FactCreate, exc: ConflictError
     return exc
 
 
-@router.get("/facts/by-key/{key:path}", response_model=MemoryOut, summary="Read a fact by key")
-async def get_fact_by_key(request: Request, key: FactKey) -> dict[str, object]:
+@router.get("/facts/by-key/{key:path}", response_model=Memory, summary="Read a fact by key")
+async def get_fact_by_key(request: Request, key: FactKey) -> Memory:
     """The current fact of ``key``; 404 when no fact has it."""
     s = services(request)
     wanted = normalize_key(key)
     found = await s.memory.list(s.resource_id, MemoryFilter(kind="fact", key=wanted, limit=1))
     if not found:
         raise NotFoundError(f"no fact with key {wanted!r} in this resource")
-    return found[0].to_json()
+    return found[0]
 
 
 @router.put(
     "/facts/by-key/{key:path}",
-    response_model=MemoryOut,
+    response_model=Memory,
     status_code=200,
-    responses={201: {"model": MemoryOut, "description": "Created"}},
+    responses={201: {"model": Memory, "description": "Created"}},
     summary="Set the value of a key: create or replace its fact (upsert)",
 )
-async def put_fact(
-    request: Request, key: FactKey, body: FactPut, response: Response
-) -> dict[str, object]:
+async def put_fact(request: Request, key: FactKey, body: FactPut, response: Response) -> Memory:
     """What the CLI's and MCP's ``remember`` do with a key: 201 when the key was new,
     200 when its fact was replaced (the old value kept as a version) or already
     held this value. Idempotent: the same request twice leaves one fact."""
@@ -218,17 +207,17 @@ async def put_fact(
     )
     if result.action == "created":
         response.status_code = 201
-    return result.memory.to_json()
+    return result.memory
 
 
-@router.get("/facts/{id}", response_model=MemoryOut, summary="Read a fact")
-async def get_fact(request: Request, id: MemoryId) -> dict[str, object]:
+@router.get("/facts/{id}", response_model=Memory, summary="Read a fact")
+async def get_fact(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return (await s.memory.get(s.resource_id, id, kind="fact")).to_json()
+    return await s.memory.get(s.resource_id, id, kind="fact")
 
 
-@router.patch("/facts/{id}", response_model=MemoryOut, summary="Change a fact")
-async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> dict[str, object]:
+@router.patch("/facts/{id}", response_model=Memory, summary="Change a fact")
+async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memory:
     given = body.model_fields_set
     if not given:
         raise ValidationError("body", "name at least one of content, key, importance, expires_at")
@@ -247,7 +236,7 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> dict[
         clear_expiry="expires_at" in given and body.expires_at is None,
         provenance=API_WRITE,
     )
-    return fact.to_json()
+    return fact
 
 
 @router.delete("/facts/{id}", status_code=204, summary="Delete a fact")
@@ -268,10 +257,10 @@ async def delete_fact(
 
 @router.get(
     "/facts/{id}/versions",
-    response_model=FactHistoryOut,
+    response_model=FactHistory,
     summary="A fact's history: its current value and every earlier one",
 )
-async def fact_versions(request: Request, id: MemoryId) -> dict[str, object]:
+async def fact_versions(request: Request, id: MemoryId) -> FactHistory:
     """``current`` is the fact as it stands (``null`` once deleted or expired);
     ``versions`` its earlier values, newest first, each with ``valid_from``,
     ``valid_to``, how it ended and who wrote and ended it. 404 when the fact
@@ -282,31 +271,27 @@ async def fact_versions(request: Request, id: MemoryId) -> dict[str, object]:
         current: Memory | None = await s.memory.get(s.resource_id, id, kind="fact")
     except NotFoundError:  # deleted (or expired and removed): only its history is left
         current = None
-    return {
-        "fact_id": id,
-        "current": current.to_json() if current is not None else None,
-        "versions": [v.to_json() for v in versions],
-    }
+    return FactHistory(fact_id=id, current=current, versions=tuple(versions))
 
 
 @router.post(
     "/facts/{id}/restore",
-    response_model=MemoryOut,
+    response_model=Memory,
     summary="Make an earlier version of a fact current again",
 )
-async def restore_fact(request: Request, id: MemoryId, body: FactRestore) -> dict[str, object]:
+async def restore_fact(request: Request, id: MemoryId, body: FactRestore) -> Memory:
     """The value it replaces becomes a version in turn; a deleted fact comes back
     under its id. 404 for an unknown version, 409 when its key or content is
     now another fact's."""
     s = services(request)
     fact = await s.memory.restore_fact(s.resource_id, id, body.version, provenance=API_WRITE)
-    return fact.to_json()
+    return fact
 
 
 # --- episodes ---------------------------------------------------------------------------------
 
 
-@router.get("/episodes", response_model=MemoryPage, summary="List or search episodes")
+@router.get("/episodes", response_model=Page[Memory], summary="List or search episodes")
 async def list_episodes(
     request: Request,
     text: TextFilter = None,
@@ -315,7 +300,7 @@ async def list_episodes(
     created_before: When = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> MemoryPage:
+) -> Page[Memory]:
     where = MemoryFilter(
         kind="episode",
         session_id=session_id,
@@ -328,10 +313,10 @@ async def list_episodes(
     return await _list_page(request, where)
 
 
-@router.get("/episodes/{id}", response_model=MemoryOut, summary="Read an episode")
-async def get_episode(request: Request, id: MemoryId) -> dict[str, object]:
+@router.get("/episodes/{id}", response_model=Memory, summary="Read an episode")
+async def get_episode(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return (await s.memory.get(s.resource_id, id, kind="episode")).to_json()
+    return await s.memory.get(s.resource_id, id, kind="episode")
 
 
 @router.delete("/episodes/{id}", status_code=204, summary="Delete an episode (they are immutable)")

@@ -3,24 +3,21 @@
 It has a router of its own so that ``ROUTERS`` can put it first: FastAPI tries
 routes in order, and trying the two dozen routes before it cost a preview
 about 0.05 ms. Its response is written straight from the recall results
-(``recall_json``) rather than formatted as text, parsed back into
-``RecallOut`` and formatted again: the same bytes (a test compares them with
-``RecallOut``'s on every kind of result) for half the Python. ``RecallOut``
-stays the documented response model.
+(``recall_json``) rather than formatted as text, parsed back into a
+``RecallPreview`` and formatted again: the same bytes (a test compares them
+with ``RecallPreview``'s on every kind of result) for half the Python.
+``RecallPreview`` (``popagent.models``) stays the documented response model.
 """
 
 from __future__ import annotations
-
-from dataclasses import fields
-from typing import Any
 
 import pydantic_core
 from fastapi import APIRouter, Request, Response
 
 from ...memory.recall_report import RecallReport
 from ...memory.render import render
-from ...models import Memory, RecallResult
-from ..schemas import ErrorOut, RecallOut, RecallRequest
+from ...models import RecallPreview, RecallResult
+from ..schemas import ErrorOut, RecallRequest
 from ..services import services
 
 __all__ = ["recall_json", "router"]
@@ -28,25 +25,16 @@ __all__ = ["recall_json", "router"]
 router = APIRouter(prefix="/api", tags=["memories"], responses={422: {"model": ErrorOut}})
 
 
-#: ``MemoryOut``'s fields, which are ``Memory``'s in the same order.
-_MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
-
-
-def _memory(memory: Memory) -> dict[str, Any]:
-    out = {name: getattr(memory, name) for name in _MEMORY_FIELDS}
-    out["message_ids"] = list(memory.message_ids)
-    return out
-
-
 def recall_json(query: str, report: RecallReport) -> bytes:
-    """``RecallOut`` of ``report`` as JSON, byte for byte what the model would write."""
+    """``RecallPreview`` of ``report`` as JSON, byte for byte what pydantic would write."""
     results: list[RecallResult] = report.results
     return pydantic_core.to_json(
         {
             "query": query,
             "results": [
                 {
-                    "memory": _memory(r.memory),
+                    # pydantic_core writes a dataclass by its fields: ``Memory``'s JSON.
+                    "memory": r.memory,
                     "score": r.score,
                     "components": {
                         c.name: {
@@ -65,7 +53,7 @@ def recall_json(query: str, report: RecallReport) -> bytes:
     )
 
 
-@router.post("/recall", response_model=RecallOut, summary="Preview recall for a query")
+@router.post("/recall", response_model=RecallPreview, summary="Preview recall for a query")
 async def recall(request: Request, body: RecallRequest) -> Response:
     """The ranked memories a turn would recall for ``query``, each with its score
     components, exactly the block the model would see, and which mode ran and why

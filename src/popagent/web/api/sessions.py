@@ -10,26 +10,29 @@ in its fact's history). ``/items`` keeps a framework session's items exactly
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from ...models import (
+    ItemPage,
+    ItemPopped,
+    ItemsAdded,
+    MessagePage,
+    Observations,
+    Page,
+    RevertReport,
+    Session,
+    SessionItem,
+    SessionWrites,
+)
 from ...threads.items import SessionItems
 from ...threads.service import PAGE_CAP
 from ..schemas import (
     ErrorOut,
-    ItemPage,
-    ItemPopped,
-    ItemsAdded,
     ItemsAppend,
-    MessagePage,
-    ObservationsOut,
-    RevertReportOut,
     RevertRequest,
-    SessionOut,
-    SessionPage,
     SessionRename,
-    SessionWritesOut,
 )
 from ..services import services
 
@@ -44,37 +47,29 @@ router = APIRouter(
 SessionId = Annotated[str, Path(min_length=1, max_length=256, description="The session's id.")]
 
 
-@router.get("", response_model=SessionPage, summary="List sessions, most recently active first")
+@router.get("", response_model=Page[Session], summary="List sessions, most recently active first")
 async def list_sessions(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-) -> SessionPage:
+) -> Page[Session]:
     s = services(request)
     rows = await s.threads.list_sessions(s.resource_id, limit=limit + 1, offset=offset)
     more = len(rows) > limit
-    return SessionPage.model_validate(
-        {
-            "items": [r.to_json() for r in rows[:limit]],
-            "limit": limit,
-            "offset": offset,
-            "next_offset": offset + limit if more else None,
-        }
-    )
+    next_offset = offset + limit if more else None
+    return Page(items=tuple(rows[:limit]), limit=limit, offset=offset, next_offset=next_offset)
 
 
-@router.get("/{session_id}", response_model=SessionOut, summary="Read a session")
-async def get_session(request: Request, session_id: SessionId) -> dict[str, object]:
+@router.get("/{session_id}", response_model=Session, summary="Read a session")
+async def get_session(request: Request, session_id: SessionId) -> Session:
     s = services(request)
-    return (await s.threads.get_session(s.resource_id, session_id)).to_json()
+    return await s.threads.get_session(s.resource_id, session_id)
 
 
-@router.patch("/{session_id}", response_model=SessionOut, summary="Rename a session")
-async def rename_session(
-    request: Request, session_id: SessionId, body: SessionRename
-) -> dict[str, object]:
+@router.patch("/{session_id}", response_model=Session, summary="Rename a session")
+async def rename_session(request: Request, session_id: SessionId, body: SessionRename) -> Session:
     s = services(request)
-    return (await s.threads.rename_session(s.resource_id, session_id, body.title)).to_json()
+    return await s.threads.rename_session(s.resource_id, session_id, body.title)
 
 
 @router.delete("/{session_id}", status_code=204, summary="Delete a session and its messages")
@@ -94,12 +89,7 @@ async def list_messages(
     """A page of messages, oldest first, as stored; pass ``next_after_id`` for the next."""
     s = services(request)
     rows = await s.threads.list_messages(s.resource_id, session_id, after_id=after_id, limit=limit)
-    return MessagePage.model_validate(
-        {
-            "items": [m.to_json() for m in rows],
-            "next_after_id": rows[-1].id if len(rows) == limit else None,
-        }
-    )
+    return MessagePage(tuple(rows), rows[-1].id if len(rows) == limit else None)
 
 
 @router.get(
@@ -115,22 +105,16 @@ async def list_items(
     """Items exactly as added (``popagent.threads.items``), oldest first: a page after
     ``after_id``, or with ``last`` the newest ``last``. An unknown session has none."""
     s = services(request)
-    items = SessionItems(s.memory.pool)
+    store = SessionItems(s.memory.pool)
     if last is not None:
-        rows = await items.page(s.resource_id, session_id, last=last)
-        return ItemPage.model_validate(
-            {"items": [{"id": i, "item": it} for i, it in rows], "next_after_id": None}
-        )
+        rows = await store.page(s.resource_id, session_id, last=last)
+        return ItemPage(tuple(SessionItem(i, item) for i, item in rows), None)
     # One more than asked says whether there is a next page.
-    rows = await items.page(s.resource_id, session_id, after_id=after_id, limit=limit + 1)
+    rows = await store.page(s.resource_id, session_id, after_id=after_id, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    return ItemPage.model_validate(
-        {
-            "items": [{"id": i, "item": it} for i, it in rows],
-            "next_after_id": rows[-1][0] if more else None,
-        }
-    )
+    items = tuple(SessionItem(i, item) for i, item in rows)
+    return ItemPage(items, rows[-1][0] if more else None)
 
 
 @router.post(
@@ -143,7 +127,7 @@ async def append_items(request: Request, session_id: SessionId, body: ItemsAppen
     """All items or none; each is screened for credentials as every message is."""
     s = services(request)
     ids = await SessionItems(s.memory.pool).append(s.resource_id, session_id, body.items)
-    return ItemsAdded(ids=ids)
+    return ItemsAdded(ids=tuple(ids))
 
 
 @router.delete(
@@ -166,53 +150,44 @@ async def clear_items(request: Request, session_id: SessionId) -> Response:
 
 @router.get(
     "/{session_id}/observations",
-    response_model=ObservationsOut,
+    response_model=Observations,
     summary="Observational-memory state of a session",
 )
-async def observations(request: Request, session_id: SessionId) -> dict[str, Any]:
+async def observations(request: Request, session_id: SessionId) -> Observations:
     """Every generation of the session's observation log and the active
     generation's groups, whose message ids point at the exact source messages."""
     s = services(request)
     await s.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
     logs, groups = await s.observation_state(session_id)
-    return {
-        "session_id": session_id,
-        "generations": [
-            {**_fields(log), "covered_group_ids": list(log.covered_group_ids)} for log in logs
-        ],
-        "groups": [_fields(g) for g in groups],
-    }
-
-
-def _fields(value: Any) -> dict[str, Any]:
-    return {name: getattr(value, name) for name in value.__slots__}
+    # Stored generations and groups are the API's with their resource and session,
+    # which the response leaves out.
+    return Observations(session_id, tuple(logs), tuple(groups))
 
 
 @router.get(
     "/{session_id}/writes",
-    response_model=SessionWritesOut,
+    response_model=SessionWrites,
     summary="What a session wrote to long-term memory",
 )
-async def session_writes(request: Request, session_id: SessionId) -> dict[str, object]:
+async def session_writes(request: Request, session_id: SessionId) -> SessionWrites:
     """The facts and episodes whose current value the session wrote, and the fact
     values it replaced or deleted. Any session id may have writes (a library
     write names its session freely), so an unknown one lists nothing, not 404."""
     s = services(request)
-    return (await s.memory.session_writes(s.resource_id, session_id)).to_json()
+    return await s.memory.session_writes(s.resource_id, session_id)
 
 
 @router.post(
     "/{session_id}/revert",
-    response_model=RevertReportOut,
+    response_model=RevertReport,
     summary="Undo a session's long-term writes",
 )
 async def revert_session(
     request: Request, session_id: SessionId, body: RevertRequest
-) -> dict[str, object]:
+) -> RevertReport:
     """Each fact the session changed goes back to its value before the session (or
     is deleted when the session created it), its episodes are deleted and the
     facts it deleted come back, in one transaction. A fact whose old key or
     content is now another fact's is skipped and reported. ``confirm`` must be true."""
     s = services(request)
-    report = await s.memory.revert_session(s.resource_id, session_id, origin="api")
-    return report.to_json()
+    return await s.memory.revert_session(s.resource_id, session_id, origin="api")

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 
+from ...models import Settings
 from ...observe.settings import SETTINGS, format_setting
 from ...observe.settings_store import StoredSettings
-from ..schemas import ErrorOut, SettingsOut
+from ..schemas import ErrorOut
 from ..services import services
 
 __all__ = ["router", "settings_json"]
@@ -46,13 +47,13 @@ def _json(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-@router.get("", response_model=SettingsOut, summary="Read the memory settings")
+@router.get("", response_model=Settings, summary="Read the memory settings")
 async def read_settings(request: Request) -> dict[str, Any]:
     s = services(request)
     return settings_json(await s.settings.read(s.resource_id))
 
 
-@router.patch("", response_model=SettingsOut, summary="Change memory settings")
+@router.patch("", response_model=Settings, summary="Change memory settings")
 async def update_settings(
     request: Request,
     changes: Annotated[
@@ -69,7 +70,7 @@ async def update_settings(
     return settings_json(await s.settings.update_stored(s.resource_id, changes))
 
 
-@router.post("/reset", response_model=SettingsOut, summary="Reset every setting to its default")
+@router.post("/reset", response_model=Settings, summary="Reset every setting to its default")
 async def reset_settings(request: Request) -> dict[str, Any]:
     s = services(request)
     await s.settings.reset(s.resource_id)

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 
 from ... import __version__
 from ...memory.recall import PENDING_COUNT_CAP
-from ..schemas import ErrorOut, Health, MaintenanceOut
+from ...models import Health, MaintenanceReport
+from ..schemas import ErrorOut
 from ..services import Services, services
 
 __all__ = ["HEALTH_TIMEOUT_S", "router"]
@@ -76,21 +77,16 @@ async def info(request: Request) -> dict[str, Any]:
 
 @router.post(
     "/api/maintenance",
-    response_model=MaintenanceOut,
+    response_model=MaintenanceReport,
     responses={422: {"model": ErrorOut}},
     summary="Run retention maintenance now for this resource (90 days, 5,000 episodes, "
     "expired facts)",
 )
-async def maintain(request: Request) -> dict[str, int]:
+async def maintain(request: Request) -> MaintenanceReport:
     """This resource only, as every management route; the server's schedule (and
     ``popagent maintain``) cover every resource."""
     s = services(request)
-    report = await s.memory.maintain(resource_id=s.resource_id)
-    return {
-        "expired_episodes": report.expired_episodes,
-        "capped_episodes": report.capped_episodes,
-        "expired_facts": report.expired_facts,
-    }
+    return await s.memory.maintain(resource_id=s.resource_id)
 
 
 async def _embeddings(s: Services) -> dict[str, Any] | None:
