@@ -55,6 +55,7 @@ from popagent import EpisodeTurn, LongTermMemory
 from popagent.embed import Embedder
 from popagent.memory.longterm import RecallMode
 from popagent.memory.validation import episode_content, normalize_fact_content
+from popagent.models import MemoryFilter
 from popagent.store.embedded import EmbeddedServer
 
 DATA = Path(__file__).resolve().with_name("implicit")
@@ -185,7 +186,7 @@ async def stored_ids(memory: LongTermMemory, store: Store) -> dict[int, str]:
     by_content = {(i.kind, i.content): i.id for i in store.items}
     out: dict[int, str] = {}
     offset = 0
-    while page := await memory.list_memories(store.resource, limit=500, offset=offset):
+    while page := await memory.list(store.resource, MemoryFilter(limit=500, offset=offset)):
         offset += len(page)
         for m in page:
             out[m.id] = by_content[(m.kind, m.content)]

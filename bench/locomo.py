@@ -67,6 +67,7 @@ from popagent.embed import Embedder, make_embedder
 from popagent.memory.longterm import RecallMode
 from popagent.memory.ranking import RankingWeights
 from popagent.memory.validation import episode_content
+from popagent.models import MemoryFilter
 from popagent.store.embedded import EmbeddedServer
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -184,7 +185,9 @@ async def ingest(memory: LongTermMemory, conversations: list[Conversation]) -> f
     seconds = time.perf_counter() - start
     for conv in conversations:
         stored: list[str] = []
-        while page := await memory.list_episodes(conv.resource, limit=1000, offset=len(stored)):
+        while page := await memory.list(
+            conv.resource, MemoryFilter(kind="episode", limit=1000, offset=len(stored))
+        ):
             stored += [m.content for m in page]
         if sorted(stored) != sorted(conv.covers):
             raise RuntimeError(f"{conv.resource}: stored episodes differ from those retained")

@@ -49,7 +49,7 @@ from popagent.embed import Embedder
 from popagent.memory.ranking import DEFAULT_WEIGHTS, RankingWeights, emphasised_lexemes, rank
 from popagent.memory.recall import candidate_idfs, recall_pool
 from popagent.memory.temporal import TimeWindow, query_window
-from popagent.models import Candidate, CorpusStats, Memory, RecallResult
+from popagent.models import Candidate, CorpusStats, Memory, MemoryFilter, RecallResult
 from popagent.store import recall as recall_sql
 from popagent.store import vectors as vector_store
 from popagent.store.embedded import EmbeddedServer
@@ -159,8 +159,8 @@ async def capture_all(
             ids = await implicit.stored_ids(memory, store)
             by_item = {item: mid for mid, item in ids.items()}
             stored: list[Memory] = []
-            while page := await memory.list_episodes(
-                store.resource, limit=1000, offset=len(stored)
+            while page := await memory.list(
+                store.resource, MemoryFilter(kind="episode", limit=1000, offset=len(stored))
             ):
                 stored += page
             store_adjacent = neighbours(stored)
@@ -176,8 +176,8 @@ async def capture_all(
         for index, conv in enumerate(conversations):
             covers: dict[int, frozenset[str]] = {}
             episodes: list[Memory] = []
-            while page := await memory.list_episodes(
-                conv.resource, limit=1000, offset=len(episodes)
+            while page := await memory.list(
+                conv.resource, MemoryFilter(kind="episode", limit=1000, offset=len(episodes))
             ):
                 episodes += page
                 covers |= {m.id: conv.covers[m.content] for m in page}

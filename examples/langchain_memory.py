@@ -28,6 +28,7 @@ from langchain_core.runnables import RunnableLambda
 
 import popagent
 from popagent.adapters.langchain import PopagentRetriever, memory_tools
+from popagent.models import MemoryFilter
 
 RESOURCE = "reader-7"
 
@@ -95,13 +96,18 @@ async def main() -> dict[str, Any]:
             } | prompt
             rendered = await chain.ainvoke("Le Guin novels")
             return {
-                "stored": any(f.key == "books.author" for f in await memory.list_facts(RESOURCE)),
+                "stored": any(
+                    f.key == "books.author"
+                    for f in await memory.list(RESOURCE, MemoryFilter(kind="fact"))
+                ),
                 "refused_resource": tool_results[0].startswith("Refused"),
                 "refused_credential": tool_results[2].startswith("Refused, nothing was stored"),
                 "recalled": "Le Guin" in tool_results[3],
                 "documents": [d.page_content for d in docs],
                 "prompt_has_context": "Le Guin" in rendered.to_messages()[0].content,
-                "other_resource_facts": len(await memory.list_facts("someone-else")),
+                "other_resource_facts": len(
+                    await memory.list("someone-else", MemoryFilter(kind="fact"))
+                ),
             }
 
 

@@ -27,6 +27,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 import popagent
 from popagent.adapters.langgraph import PopagentStore, memory_tools
+from popagent.models import MemoryFilter
 
 RESOURCE = "traveller-1"
 
@@ -89,7 +90,7 @@ async def main() -> dict[str, Any]:
             for text in tool_results:
                 print(f"tool: {text}")
             print(f"agent: {result['messages'][-1].content}")
-            facts = await memory.list_facts(RESOURCE)
+            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "store_item": item.value if item else None,
                 "search_keys": [hit.key for hit in hits],
@@ -97,7 +98,9 @@ async def main() -> dict[str, Any]:
                 "refused_credential": str(tool_results[2]).startswith(
                     "Refused, nothing was stored"
                 ),
-                "other_resource_facts": len(await memory.list_facts("someone-else")),
+                "other_resource_facts": len(
+                    await memory.list("someone-else", MemoryFilter(kind="fact"))
+                ),
             }
 
 

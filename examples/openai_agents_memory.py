@@ -31,6 +31,7 @@ from openai import AsyncOpenAI
 
 import popagent
 from popagent.adapters.openai_agents import PopagentSession, memory_tools
+from popagent.models import MemoryFilter
 
 # The scripted model server lives with popagent's tests (standard library only).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -96,14 +97,14 @@ async def main() -> dict[str, Any]:
             print(f"trip-2: {result.final_output}")
 
             kinds = [item.get("type", "message") for item in await first.get_items()]
-            facts = await memory.list_facts(RESOURCE)
+            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "stored": [f.key for f in facts] == ["travel.seat"],
                 "recalled_in_second_session": "Prefers aisle seats" in recalled[0],
                 "first_session_items": kinds,
                 "refused_credential": outputs[2].startswith("Refused, nothing was stored"),
                 "refused_resource": outputs[1].startswith("Refused")
-                and not await memory.list_facts("someone-else"),
+                and not await memory.list("someone-else", MemoryFilter(kind="fact")),
             }
 
 

@@ -31,8 +31,9 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import popagent
+from popagent import HEADER
 from popagent.adapters.pydantic_ai import memory_capabilities
-from popagent.memory.render import HEADER
+from popagent.models import MemoryFilter
 
 # The scripted model server lives with popagent's tests (standard library only).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -79,7 +80,7 @@ async def main() -> dict[str, Any]:
             print(f"first message ({first['role']}):\n{first['content']}")
             print(f"run 2: {result.output}")
 
-            facts = await memory.list_facts(RESOURCE)
+            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "stored": [f.key for f in facts] == ["food.diet"],
                 "first_message_is_the_block": first["role"] == "system"
@@ -87,7 +88,7 @@ async def main() -> dict[str, Any]:
                 "block_recalls_the_fact": "Is vegetarian" in first["content"],
                 "refused_credential": outputs[2].startswith("Refused, nothing was stored"),
                 "refused_resource": outputs[1].startswith("Refused")
-                and not await memory.list_facts("someone-else"),
+                and not await memory.list("someone-else", MemoryFilter(kind="fact")),
             }
 
 

@@ -20,6 +20,7 @@ import popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langchain import PopagentRetriever, memory_tools
 from popagent.agent import AuditLog
+from popagent.models import MemoryFilter
 from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text
 from tests.langchain_support import ScriptedChatModel, calls, reply, script
@@ -77,9 +78,9 @@ async def test_a_model_remembers_and_recalls_through_the_tools(
     assert texts[1].startswith("Stored: updated fact #")
     assert "Prefers green tea over coffee" in texts[2]
     assert messages[-1].content == "Green tea it is."
-    [fact] = await memory.list_facts(resource)
+    [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
     assert (fact.key, fact.content) == ("drink", "Prefers green tea over coffee")
-    assert await memory.list_facts(other_resource) == []
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_a_resource_argument_is_refused_and_changes_nothing(
@@ -96,8 +97,8 @@ async def test_a_resource_argument_is_refused_and_changes_nothing(
     assert texts[1].startswith("Refused, nothing was done: unknown argument 'resource'")
     assert texts[2].startswith("Refused, nothing was done: argument 'importance'")
     assert other_resource not in "".join(texts)
-    assert await memory.list_facts(resource) == []
-    assert await memory.list_facts(other_resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
     rows = await AuditLog(memory.pool).list_audit(resource)
     after = [
         (r.tool, r.outcome, r.error_type) for r in reversed(rows) if r.hook == "after_tool_call"
@@ -121,7 +122,7 @@ async def test_a_credential_is_a_refusal_the_model_reads(
     )
     assert "sk-proj" not in refusal
     assert messages[-1].content == "I can't keep that."
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     text = await audit_text(memory, resource)
     assert "SecretRefusedError" in text and "sk-proj" not in text and "OpenAI" not in text
 
@@ -145,7 +146,7 @@ async def test_tool_calls_are_audited_without_content(
     assert rows[3].output_chars is not None and rows[3].output_chars > 0
     text = await audit_text(memory, resource)
     assert "basil" not in text and "balcony" not in text
-    [fact] = await memory.list_facts(resource)
+    [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
     assert fact.session_id == "kitchen"
 
 
@@ -153,7 +154,7 @@ async def test_no_hooks_means_no_audit_rows(memory: popagent.LongTermMemory, res
     tools = by_name(memory_tools(memory, resource, hooks=[]))
     await tools["remember"].ainvoke({"content": "Plays the cello"})
     assert await AuditLog(memory.pool).list_audit(resource) == []
-    assert len(await memory.list_facts(resource)) == 1
+    assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 1
 
 
 async def test_sync_tools_from_a_worker_thread(
@@ -254,7 +255,7 @@ async def test_a_models_expiry_and_the_adapters_origin_are_recorded(
         {"content": "In Lisbon until Friday", "key": "trip.city", "expires_at": ahead}
     )
     assert "Stored: created" in str(stored) and "expiring" in str(stored)
-    [fact] = await memory.list_facts(resource, key="trip.city")
+    [fact] = await memory.list(resource, MemoryFilter(kind="fact", key="trip.city"))
     assert fact.origin == "langchain"
     assert fact.expires_at == datetime.fromisoformat(ahead)
     past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
@@ -262,7 +263,7 @@ async def test_a_models_expiry_and_the_adapters_origin_are_recorded(
         {"content": "In Porto last week", "key": "trip.past", "expires_at": past}
     )
     assert str(refused).startswith("Refused") and "expires_at" in str(refused)
-    assert await memory.list_facts(resource, key="trip.past") == []
+    assert await memory.list(resource, MemoryFilter(kind="fact", key="trip.past")) == []
 
 
 async def test_the_retriever_takes_k_per_call(

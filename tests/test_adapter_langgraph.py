@@ -49,6 +49,7 @@ from popagent.adapters.langgraph import (
     memory_tools,
 )
 from popagent.agent import AuditHook, AuditLog
+from popagent.models import MemoryFilter
 from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text
 from tests.langchain_support import calls, react_agent, reply, script, tool_messages
@@ -113,7 +114,7 @@ async def test_the_fact_is_keyed_by_prefix_and_digest(
     store: PopagentStore, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     await store.aput(("memories", "u1"), "Editor", {"text": "Uses Helix, not Vim"})
-    facts = await memory.list_facts(resource)
+    facts = await memory.list(resource, MemoryFilter(kind="fact"))
     assert len(facts) == 1
     fact = facts[0]
     assert fact.key == fact_key(DEFAULT_PREFIX, ("memories", "u1"), "Editor")
@@ -152,7 +153,7 @@ async def test_values_that_cannot_fit_are_refused_and_nothing_is_written(
         await store.abatch(
             [PutOp(("ns",), "ok", {"text": "fine"}), PutOp(("ns",), "bad", {"t": "x" * 3000})]
         )
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_credentials_are_refused(
@@ -162,7 +163,7 @@ async def test_credentials_are_refused(
         await store.aput(("ns",), "wifi", {"text": "the wifi password is Tr0ub4dor&3"})
     with pytest.raises(popagent.SecretRefusedError):
         await store.aput(("ns",), "cfg", {"api_key": "sk-proj-abcdefghijklmnopqrstuvwxyz123456"})
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_ttl_is_not_supported(store: PopagentStore) -> None:
@@ -182,7 +183,7 @@ async def test_the_resource_is_the_backends(
     assert await theirs.asearch(("ns",), query="tea lemon") == []
     assert await theirs.asearch(("ns",)) == []
     assert await theirs.alist_namespaces() == []
-    assert await memory.list_facts(other_resource) == []
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
     with pytest.raises(TypeError, match="resource_id"):
         PopagentStore(LocalBackend(memory, resource), other_resource)
     with pytest.raises(TypeError, match="resource_id"):
@@ -225,7 +226,7 @@ async def test_search_scores_are_popagents_recall_scores(
     assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
     by_key = {
         decode_fact(DEFAULT_PREFIX, m)[1]: m.id  # type: ignore[index]
-        for m in await memory.list_facts(resource)
+        for m in await memory.list(resource, MemoryFilter(kind="fact"))
     }
     for h in hits:
         assert h.score == pytest.approx(expected[by_key[h.key]], abs=1e-6)
@@ -675,13 +676,13 @@ async def test_react_agent_remembers_recalls_and_uses_the_store(
     assert "Prefers window seats on long flights" in results[3]
     assert result["messages"][-1].content == "You prefer a window seat."
 
-    facts = {f.key: f for f in await memory.list_facts(resource)}
+    facts = {f.key: f for f in await memory.list(resource, MemoryFilter(kind="fact"))}
     assert facts["travel.seat"].content == "Prefers window seats on long flights"
     assert facts["travel.seat"].session_id == "trip-planning"
     assert (await store.aget(("notes",), "Trip")).value == {  # type: ignore[union-attr]
         "text": "Lisbon in May, window seat booked"
     }
-    assert await memory.list_facts(other_resource) == []
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
     rows = await AuditLog(memory.pool).list_audit(resource)
     after = [(r.tool, r.outcome) for r in reversed(rows) if r.hook == "after_tool_call"]
     assert after == [
@@ -715,7 +716,7 @@ async def test_react_agent_gets_a_readable_refusal_for_a_credential(
         "Refused, nothing was stored: content: looks like it contains a credential"
     )
     assert "sk-proj" not in refusal
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     rows = await AuditLog(memory.pool).list_audit(resource)
     after = [r for r in rows if r.hook == "after_tool_call"]
     assert [(r.tool, r.outcome, r.error_type) for r in after] == [
@@ -746,7 +747,7 @@ async def test_sync_react_agent_in_a_worker_thread(
     assert texts[0].startswith("Stored: created")
     assert texts[1] == "saved"
     assert "Allergic to peanuts" in texts[2]
-    facts = await memory.list_facts(resource, key=None)
+    facts = await memory.list(resource, MemoryFilter(kind="fact", key=None))
     assert {f.importance for f in facts if f.key is None} == {0.9}
     assert (await store.aget(("notes",), "food")).value == {"text": "no peanuts"}  # type: ignore[union-attr]
 
@@ -825,7 +826,7 @@ async def test_a_failed_read_stops_the_batch_before_its_writes(
                 GetOp(("ns",), "k"),
             ]
         )
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 # --- concurrency: merged batches, bounded connections, any event loop -------------------------
@@ -859,14 +860,14 @@ class CountingBackend:
     async def recall(self, query: str, *, limit: int = 8) -> Any:
         return await self._counted(self.inner.recall(query, limit=limit))
 
-    async def list_facts(self, **kw: Any) -> Any:
-        return await self._counted(self.inner.list_facts(**kw))
+    async def list(self, where: MemoryFilter) -> Any:
+        return await self._counted(self.inner.list(where))
 
-    async def get_fact(self, id: int) -> Any:
-        return await self._counted(self.inner.get_fact(id))
+    async def get(self, id: int) -> Any:
+        return await self._counted(self.inner.get(id))
 
-    async def delete_fact(self, id: int) -> None:
-        await self._counted(self.inner.delete_fact(id))
+    async def delete(self, id: int) -> None:
+        await self._counted(self.inner.delete(id))
 
 
 async def _audit_count(memory: popagent.LongTermMemory, resource: str, tool: str) -> int:
@@ -951,9 +952,10 @@ async def test_calls_merged_into_one_batch_stay_independent(
     assert isinstance(outcomes[3], popagent.ValidationError)  # its own failed read
     assert outcomes[4] is None  # read before the batch's writes
     assert await value_at(store, ("ns",), "ok") == {"text": "fine"}
-    assert [f.content.split('"key":')[1][:5] for f in await memory.list_facts(resource)] == [
-        '"ok",'
-    ]
+    assert [
+        f.content.split('"key":')[1][:5]
+        for f in await memory.list(resource, MemoryFilter(kind="fact"))
+    ] == ['"ok",']
 
 
 async def test_a_blank_query_lists_the_namespace_as_langgraph_does(store: PopagentStore) -> None:
@@ -973,7 +975,7 @@ async def test_index_embedding_and_ttl_configs_are_refused(
             await store.aput(("ns",), "k", {"text": "tea"}, index=index)
         with pytest.raises(NotImplementedError, match="index= is not supported"):
             await store.abatch([PutOp(("ns",), "k", {"text": "tea"}, index=index)])
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     await store.aput(("ns",), "k", {"text": "tea"}, index=None)  # the default stays fine
     config = {"dims": 4, "embed": "fake:embed", "fields": ["text"]}
     with pytest.raises(NotImplementedError, match=r"popagent.connect\(embedder="):

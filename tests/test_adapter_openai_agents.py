@@ -26,6 +26,7 @@ from popagent.adapters.backend import LocalBackend
 from popagent.adapters.openai_agents import PopagentSession, memory_tools
 from popagent.agent import AuditLog
 from popagent.memory.render import HEADER
+from popagent.models import MemoryFilter
 from popagent.threads import SessionItems, ThreadStore
 from popagent.web.config import ServerConfig
 from tests.adapter_support import assert_import_hint, run_example
@@ -263,7 +264,7 @@ async def test_runner_keeps_history_and_a_second_session_recalls(
     )
     assert result.final_output == "Noted: aisle seats."
     assert tool_results(scripted.requests[1])[0].startswith("Stored: created fact #")
-    facts = await memory.list_facts(resource)
+    facts = await memory.list(resource, MemoryFilter(kind="fact"))
     assert [(f.key, f.content, f.session_id) for f in facts] == [
         ("travel.seat", "Prefers aisle seats", "trip-1")
     ]

@@ -34,6 +34,7 @@ from popagent.adapters.backend import LocalBackend
 from popagent.adapters.pydantic_ai import RecallProcessor, memory_capabilities, memory_toolset
 from popagent.agent import AuditLog
 from popagent.memory.render import HEADER
+from popagent.models import MemoryFilter
 from tests.adapter_support import assert_import_hint, run_example
 from tests.agent_support import audit_text, tool_results
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
@@ -105,7 +106,7 @@ async def test_toolset_over_http(
     }
     assert set(tools) == {"remember", "recall"}
     assert "resource" not in json.dumps(tools)
-    facts = await memory.list_facts(resource)
+    facts = await memory.list(resource, MemoryFilter(kind="fact"))
     assert [(f.key, f.content, f.session_id) for f in facts] == [
         ("ui.theme", "Prefers dark mode", "p-1")
     ]

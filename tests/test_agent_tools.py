@@ -22,7 +22,7 @@ from popagent.agent import (
 from popagent.agent.remember import REMEMBER_SPEC
 from popagent.agent.turn import recorded_call_id
 from popagent.errors import TurnFailedError, ValidationError
-from popagent.models import Provenance
+from popagent.models import MemoryFilter, Provenance
 from popagent.secrets import SecretStore
 from tests.agent_support import AgentRig, CountingTool, offered_tools, tool_results
 from tests.scripted_model import CallTools, Reply
@@ -44,8 +44,8 @@ async def test_remember_ignores_a_model_supplied_resource_and_writes_nothing(
     (text,) = tool_results(scripted.requests[-1])
     assert text.startswith("Refused, the tool did not run: unknown argument 'resource_id'")
     assert "content, key, importance" in text
-    assert await memory.list_facts(resource) == []
-    assert await memory.list_facts(other_resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_remember_writes_to_the_turns_resource_and_session(
@@ -62,14 +62,14 @@ async def test_remember_writes_to_the_turns_resource_and_session(
         Reply("Already known."),
     )
     await agent.run_turn(resource, "first-chat", "I prefer dark mode")
-    (created,) = await memory.list_facts(resource)
+    (created,) = await memory.list(resource, MemoryFilter(kind="fact"))
     assert (created.key, created.session_id) == ("ui.theme", "first-chat")
     assert tool_results(scripted.requests[-1]) == [
         f"Stored: created fact #{created.id} with key 'ui.theme': Prefers dark mode"
     ]
 
     await agent.run_turn(resource, "second-chat", "Actually, light mode")
-    (updated,) = await memory.list_facts(resource)
+    (updated,) = await memory.list(resource, MemoryFilter(kind="fact"))
     assert updated.id == created.id
     assert (updated.content, updated.session_id) == ("Prefers light mode", "second-chat")
     assert tool_results(scripted.requests[-1]) == [
@@ -81,7 +81,7 @@ async def test_remember_writes_to_the_turns_resource_and_session(
     assert tool_results(scripted.requests[-1])[-1] == (
         f"Unchanged: fact #{created.id} with key 'ui.theme' already holds this: Prefers light mode"
     )
-    assert len(await memory.list_facts(resource)) == 1
+    assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 1
 
 
 async def test_remember_refuses_a_credential_and_says_why(rig: AgentRig, resource: str) -> None:
@@ -96,7 +96,7 @@ async def test_remember_refuses_a_credential_and_says_why(rig: AgentRig, resourc
     assert text.startswith("Refused, nothing was stored: content: looks like it contains a")
     assert "credential (api_key)" in text and "secret store" in text
     assert TOKEN not in text
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ async def test_remember_arguments_are_checked_before_it_runs(
     result = await rig.agent().run_turn(resource, "s1", "I like tea")
     assert result.tool_calls == (ToolCallRecord("remember", "refused"),)
     assert tool_results(scripted.requests[-1]) == [f"Refused, the tool did not run: {reason}."]
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_validation_beyond_the_schema_is_the_write_paths_own(
@@ -153,7 +153,7 @@ async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
         result = await rig.agent().run_turn(resource, f"s{n}", "I'm away")
         assert result.tool_calls == (ToolCallRecord("remember", "refused"),), value
         assert tool_results(scripted.requests[-1]) == [expected], value
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
     scripted.script(
         CallTools(
@@ -167,7 +167,7 @@ async def test_remember_takes_an_expiry_and_refuses_a_bad_one_naming_it(
         Reply("Noted."),
     )
     await rig.agent().run_turn(resource, "s9", "I'm in Lisbon until June")
-    (fact,) = await memory.list_facts(resource)
+    (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
     assert fact.expires_at == datetime(2099, 6, 30, 16, tzinfo=UTC)
     assert tool_results(scripted.requests[-1]) == [
         f"Stored: created fact #{fact.id} with key 'trip', expiring 2099-06-30T16:00:00+00:00: "
@@ -204,7 +204,7 @@ async def test_unknown_tool_and_invalid_json_become_results_not_failures(
     assert not_object == (
         "Refused, the tool did not run: the arguments must be a JSON object, not list."
     )
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     assert result.episode is not None
 
 
@@ -218,7 +218,7 @@ async def test_tool_loop_is_bounded(rig: AgentRig, resource: str) -> None:
     assert caught.value.cause is None
     assert len(scripted.requests) == 3 and scripted.pending == 0
     assert ping.calls == 2  # the last round's calls are not run: no model call would read them
-    assert await memory.list_episodes(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
     stored = await threads.list_messages(resource, "s1")
     assert [m.role for m in stored] == [
         "user",
@@ -282,7 +282,7 @@ async def test_tool_runner_works_outside_a_turn(
     ctx = ToolContext(resource, None, memory)
     outcome = await runner.call(ctx, "remember", json.dumps({"content": "Speaks Dutch"}))
     assert outcome.outcome == "ok"
-    (fact,) = await memory.list_facts(resource)
+    (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
     assert (fact.content, fact.session_id) == ("Speaks Dutch", None)
     # Outside a turn there is no turn, message or call to name: origin agent alone.
     assert (fact.origin, fact.turn_id, fact.message_ids, fact.tool_call_id) == (

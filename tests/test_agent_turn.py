@@ -18,7 +18,7 @@ from popagent.agent import (
 from popagent.errors import TurnFailedError, ValidationError
 from popagent.llm import ChatMessage, ModelError, ToolCall
 from popagent.memory.render import HEADER
-from popagent.models import Message
+from popagent.models import MemoryFilter, Message
 from tests.agent_support import AgentRig, offered_tools, system_texts
 from tests.scripted_model import CallTools, Fail, Reply
 
@@ -38,7 +38,7 @@ async def test_preference_from_session_1_is_recalled_labelled_in_session_2(
     assert first.reply == "Noted: dark mode from now on."
     assert first.tool_calls == (ToolCallRecord("remember", "ok"),)
     assert first.model_calls == 2
-    (fact,) = await memory.list_facts(resource)
+    (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
     assert (fact.content, fact.key, fact.importance, fact.session_id) == (
         DARK,
         "ui.theme",
@@ -72,8 +72,8 @@ async def test_deleting_session_1_keeps_the_fact(rig: AgentRig, resource: str) -
     await agent.run_turn(resource, "s1", "I want dark mode everywhere.")
     await threads.delete_session(resource, "s1")
     assert await threads.list_sessions(resource) == []
-    assert [f.content for f in await memory.list_facts(resource)] == [DARK]
-    assert len(await memory.list_episodes(resource)) == 1
+    assert [f.content for f in await memory.list(resource, MemoryFilter(kind="fact"))] == [DARK]
+    assert len(await memory.list(resource, MemoryFilter(kind="episode"))) == 1
 
     scripted.script(Reply("Dark."))
     await agent.run_turn(resource, "s2", "which mode do I prefer?")
@@ -97,7 +97,7 @@ async def test_failed_model_call_stores_no_episode_and_raises(
     assert caught.value.__cause__ is caught.value.cause
     assert len(scripted.requests) == len(failures)  # the client's own bounded retries
     assert scripted.pending == 1
-    assert await memory.list_episodes(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
     # The user message was said and stays; no assistant message was stored.
     messages = await threads.list_messages(resource, "s1")
     assert [(m.role, m.content) for m in messages] == [("user", "Tell me about the weather")]
@@ -123,7 +123,7 @@ async def test_episode_caps_apply_to_real_turns(rig: AgentRig, resource: str) ->
     # The exact history keeps both texts whole.
     stored = await threads.list_messages(resource, "s1")
     assert [m.content for m in stored] == [user_text, reply]
-    assert await memory.list_episodes(resource) == [result.episode]
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == [result.episode]
 
 
 async def test_resources_never_see_each_others_memories(
@@ -147,7 +147,7 @@ async def test_resources_never_see_each_others_memories(
     assert "Porto" in block
     assert "Lisbon" not in str(request)  # not in memories, not in history
     assert {r.memory.resource_id for r in result.recalled} == {other_resource}
-    assert [f.content for f in await memory.list_facts(resource)] == [
+    assert [f.content for f in await memory.list(resource, MemoryFilter(kind="fact"))] == [
         "Lives in Lisbon by the river"
     ]
 

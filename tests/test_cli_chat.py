@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from popagent.agent import OBSERVATIONS_LABEL
+from popagent.defaults import SECRET_KEY_ENV, SECRET_KEY_FILE_ENV
 from popagent.memory.render import HEADER
-from popagent.secrets import KEY_ENV, KEY_FILE_ENV, generate_key
+from popagent.secrets import generate_key
 from tests.agent_support import offered_tools, system_texts
 from tests.cli_support import Env, invoke
 from tests.observe_support import OBSERVE, is_observer, is_reflector
@@ -36,8 +37,8 @@ def env(scripted: ScriptedModelServer) -> Env:
         "OPENAI_API_KEY": None,
         "POPAGENT_MODEL_MAX_RETRIES": "0",
         "POPAGENT_MODEL_TIMEOUT": "10",
-        KEY_ENV: generate_key(),
-        KEY_FILE_ENV: None,
+        SECRET_KEY_ENV: generate_key(),
+        SECRET_KEY_FILE_ENV: None,
     }
 
 
@@ -182,8 +183,8 @@ def test_a_failed_turn_keeps_the_chat_alive_and_stores_no_episode(
 def test_without_a_secret_key_chat_runs_without_the_secret_tools(
     database_url: str, res: str, env: Env, scripted: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    env[KEY_ENV] = None
-    env[KEY_FILE_ENV] = str(tmp_path / "missing.key")
+    env[SECRET_KEY_ENV] = None
+    env[SECRET_KEY_FILE_ENV] = str(tmp_path / "missing.key")
     scripted.script(Reply("Hi."), Reply("Hi again."))
     out = invoke(database_url, res, env, "chat", "--new", input="Hello\nHello again\n")
     assert out.exit_code == 0, out.output

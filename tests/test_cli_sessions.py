@@ -11,7 +11,8 @@ import pytest
 from click.testing import Result
 
 import popagent
-from popagent.secrets import KEY_ENV, KEY_FILE_ENV, SecretStore, generate_key, load_cipher
+from popagent.defaults import SECRET_KEY_ENV, SECRET_KEY_FILE_ENV
+from popagent.secrets import SecretStore, generate_key, load_cipher
 from tests.cli_support import Env, invoke
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 
@@ -34,8 +35,8 @@ def env(scripted: ScriptedModelServer, key: str) -> Env:
         "POPAGENT_MODEL_BASE_URL": scripted.base_url,
         "POPAGENT_MODEL": "scripted-1",
         "POPAGENT_MODEL_MAX_RETRIES": "0",
-        KEY_ENV: key,
-        KEY_FILE_ENV: None,
+        SECRET_KEY_ENV: key,
+        SECRET_KEY_FILE_ENV: None,
     }
 
 
@@ -106,7 +107,7 @@ def test_sessions_list_show_rename_and_delete_which_keeps_the_fact(
 
 async def _reveal(url: str, res: str, key: str, name: str) -> str:
     async with popagent.connect(url) as memory:
-        return await SecretStore(memory.pool, load_cipher({KEY_ENV: key})).reveal(res, name)
+        return await SecretStore(memory.pool, load_cipher({SECRET_KEY_ENV: key})).reveal(res, name)
 
 
 def test_secrets_set_list_and_delete_never_show_the_value(
@@ -154,7 +155,7 @@ def test_secrets_set_list_and_delete_never_show_the_value(
     assert again.exit_code == 1 and "no secret 'GITHUB_TOKEN'" in again.output
     assert cli("secrets", "list").output.startswith("DEPLOY_KEY  ")
 
-    env[KEY_ENV] = "not-a-key"
+    env[SECRET_KEY_ENV] = "not-a-key"
     bad = cli("secrets", "list")
     assert bad.exit_code == 1 and "POPAGENT_SECRET_KEY is not a valid secret key" in bad.output
 

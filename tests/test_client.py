@@ -746,17 +746,17 @@ async def test_remote_backend_remember_recall_round_trip(server: ServeProcess) -
 
         results = await backend.recall(f"dog named Miso {tag}", limit=2)
         assert results[0].memory.id == created.memory.id
-        assert {m.id for m in await backend.list_facts(text=tag)} == {
+        assert {m.id for m in await backend.list(MemoryFilter(text=tag))} == {
             created.memory.id,
             loose.memory.id,
         }
-        assert (await backend.get_fact(loose.memory.id)).importance == 0.9
+        assert (await backend.get(loose.memory.id)).importance == 0.9
         with pytest.raises(ValidationError) as refused:
             await backend.remember(CORPUS[0].sentence)
         assert refused.value.field == "content"
-        await backend.delete_fact(loose.memory.id)
+        await backend.delete(loose.memory.id)
         with pytest.raises(NotFoundError):
-            await backend.get_fact(loose.memory.id)
+            await backend.get(loose.memory.id)
 
 
 async def test_remote_backend_remember_with_expiry(server: ServeProcess) -> None:

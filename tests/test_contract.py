@@ -20,6 +20,7 @@ from popagent import (
     ValidationError,
     render,
 )
+from popagent.models import MemoryFilter
 from popagent.store.database import Conn
 
 
@@ -44,7 +45,7 @@ async def test_recall_updates_access_time_and_count(memory: LongTermMemory, reso
     first = await memory.recall(resource, "cat")
     assert first[0].memory.access_count == 1 and first[0].memory.accessed_at is not None
     await memory.recall(resource, "Miso")
-    assert (await memory.get_fact(resource, created.id)).access_count == 2
+    assert (await memory.get(resource, created.id, kind="fact")).access_count == 2
 
 
 async def test_natural_language_question_matches_without_every_word(
@@ -99,7 +100,7 @@ async def test_episode_caps_and_truncation_markers(memory: LongTermMemory, resou
 async def test_episode_skipped_when_a_side_is_empty(memory: LongTermMemory, resource: str) -> None:
     assert await memory.retain_episode(resource, "s", "", "hello") is None
     assert await memory.retain_episode(resource, "s", "hi", "  ") is None
-    assert await memory.list_episodes(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
 
 
 async def test_episode_keeps_imported_time(memory: LongTermMemory, resource: str) -> None:
@@ -121,8 +122,8 @@ async def test_fact_limit_enforced_on_every_write_path(
     fact = await memory.create_fact(resource, "short fact")
     with pytest.raises(ValidationError, match="2000"):
         await memory.update_fact(resource, fact.id, content=long)
-    assert (await memory.get_fact(resource, fact.id)).content == "short fact"
-    assert len(await memory.list_facts(resource)) == 1
+    assert (await memory.get(resource, fact.id, kind="fact")).content == "short fact"
+    assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 1
 
 
 async def test_render_budget_and_label(memory: LongTermMemory, resource: str) -> None:
@@ -157,7 +158,7 @@ async def test_key_upsert_and_hash_dedup(memory: LongTermMemory, resource: str) 
     c = await memory.remember(resource, "Theme is light", key="ui.theme")
     assert (a.action, b.action, c.action) == ("created", "updated", "unchanged")
     assert a.memory.id == b.memory.id == c.memory.id
-    facts = await memory.list_facts(resource, key="ui.theme")
+    facts = await memory.list(resource, MemoryFilter(kind="fact", key="ui.theme"))
     assert [f.content for f in facts] == ["Theme is light"]
 
     d = await memory.remember(resource, "Lives in Oslo", importance=0.4)
@@ -172,7 +173,7 @@ async def test_key_upsert_and_hash_dedup(memory: LongTermMemory, resource: str) 
     first = await memory.retain_episode(resource, "s1", "same turn", "same reply")
     again = await memory.retain_episode(resource, "s2", "same turn", "same reply")
     assert first is not None and again is not None and first.id == again.id
-    assert len(await memory.list_episodes(resource)) == 1
+    assert len(await memory.list(resource, MemoryFilter(kind="episode"))) == 1
     # A keyless fact and an episode with the same text are different kinds.
     same = await memory.remember(resource, first.content.replace("\n", " "))
     assert same.action == "created"
@@ -188,7 +189,7 @@ async def test_strict_create_conflicts(memory: LongTermMemory, resource: str) ->
     other = await memory.create_fact(resource, "Plays go", key="game")
     with pytest.raises(ConflictError):
         await memory.update_fact(resource, other.id, key="lang")
-    assert (await memory.get_fact(resource, other.id)).key == "game"
+    assert (await memory.get(resource, other.id, kind="fact")).key == "game"
 
 
 async def test_fact_management(memory: LongTermMemory, resource: str) -> None:
@@ -204,12 +205,14 @@ async def test_fact_management(memory: LongTermMemory, resource: str) -> None:
     assert updated.updated_at >= fact.updated_at
     cleared = await memory.update_fact(resource, fact.id, clear_key=True)
     assert cleared.key is None
-    assert [f.id for f in await memory.list_facts(resource, text="thursday")] == [fact.id]
-    await memory.delete_fact(resource, fact.id)
+    assert [
+        f.id for f in await memory.list(resource, MemoryFilter(kind="fact", text="thursday"))
+    ] == [fact.id]
+    await memory.delete(resource, fact.id, kind="fact")
     with pytest.raises(NotFoundError):
-        await memory.get_fact(resource, fact.id)
+        await memory.get(resource, fact.id, kind="fact")
     with pytest.raises(NotFoundError):
-        await memory.delete_fact(resource, fact.id)
+        await memory.delete(resource, fact.id, kind="fact")
 
 
 async def test_episodes_are_immutable_and_deletable(memory: LongTermMemory, resource: str) -> None:
@@ -219,10 +222,10 @@ async def test_episodes_are_immutable_and_deletable(memory: LongTermMemory, reso
     with pytest.raises(NotFoundError):
         await memory.update_fact(resource, episode.id, content="rewritten")
     with pytest.raises(NotFoundError):
-        await memory.delete_fact(resource, episode.id)
-    assert (await memory.get_episode(resource, episode.id)).content == episode.content
-    await memory.delete_episode(resource, episode.id)
-    assert await memory.list_episodes(resource) == []
+        await memory.delete(resource, episode.id, kind="fact")
+    assert (await memory.get(resource, episode.id, kind="episode")).content == episode.content
+    await memory.delete(resource, episode.id, kind="episode")
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
 
 
 async def test_list_filters_and_paging(memory: LongTermMemory, resource: str) -> None:
@@ -235,16 +238,18 @@ async def test_list_filters_and_paging(memory: LongTermMemory, resource: str) ->
             "ok",
             created_at=base + timedelta(days=i),
         )
-    page1 = await memory.list_episodes(resource, limit=2)
-    page2 = await memory.list_episodes(resource, limit=2, offset=2)
+    page1 = await memory.list(resource, MemoryFilter(kind="episode", limit=2))
+    page2 = await memory.list(resource, MemoryFilter(kind="episode", limit=2, offset=2))
     assert [e.content.split()[2] for e in page1 + page2] == ["4", "3", "2", "1"]
-    assert len(await memory.list_episodes(resource, session_id="s0")) == 3
-    after = await memory.list_episodes(resource, created_after=base + timedelta(days=3))
+    assert len(await memory.list(resource, MemoryFilter(kind="episode", session_id="s0"))) == 3
+    after = await memory.list(
+        resource, MemoryFilter(kind="episode", created_after=base + timedelta(days=3))
+    )
     assert len(after) == 2
-    assert len(await memory.list_episodes(resource, text="100%_")) == 5
-    assert await memory.list_episodes(resource, text="100%x") == []
+    assert len(await memory.list(resource, MemoryFilter(kind="episode", text="100%_"))) == 5
+    assert await memory.list(resource, MemoryFilter(kind="episode", text="100%x")) == []
     with pytest.raises(ValidationError, match="offset"):
-        await memory.list_episodes(resource, offset=-1)
+        await memory.list(resource, MemoryFilter(kind="episode", offset=-1))
 
 
 async def test_cleanup_is_explicit_and_filterable(memory: LongTermMemory, resource: str) -> None:
@@ -256,10 +261,10 @@ async def test_cleanup_is_explicit_and_filterable(memory: LongTermMemory, resour
         await memory.cleanup(resource, kind="episode", older_than=datetime(2021, 1, 1, tzinfo=UTC))
         == 1
     )
-    assert len(await memory.list_episodes(resource)) == 1
+    assert len(await memory.list(resource, MemoryFilter(kind="episode"))) == 1
     assert await memory.cleanup(resource, kind="fact") == 1
     assert await memory.cleanup(resource) == 1
-    assert await memory.list_memories(resource) == []
+    assert await memory.list(resource) == []
     with pytest.raises(ValidationError, match="kind"):
         await memory.cleanup(resource, kind="note")  # type: ignore[arg-type]
 
@@ -286,23 +291,23 @@ async def test_resource_isolation(
     assert {r.memory.resource_id for r in await memory.recall(other_resource, "yodeling")} == {
         other_resource
     }
-    for read in (memory.get_fact, memory.get):
+    for kind in ("fact", None):
         with pytest.raises(NotFoundError):
-            await read(other_resource, mine.id)
+            await memory.get(other_resource, mine.id, kind=kind)
     with pytest.raises(NotFoundError):
-        await memory.get_episode(other_resource, episode.id)
+        await memory.get(other_resource, episode.id, kind="episode")
     with pytest.raises(NotFoundError):
         await memory.update_fact(other_resource, mine.id, content="hijacked")
     with pytest.raises(NotFoundError):
-        await memory.delete_fact(other_resource, mine.id)
+        await memory.delete(other_resource, mine.id, kind="fact")
     with pytest.raises(NotFoundError):
-        await memory.delete_episode(other_resource, episode.id)
+        await memory.delete(other_resource, episode.id, kind="episode")
     assert await memory.cleanup(other_resource) == 2
     assert (
-        await memory.get_fact(resource, mine.id)
+        await memory.get(resource, mine.id, kind="fact")
     ).content == "Secret hobby: competitive yodeling"
-    assert (await memory.get_episode(resource, episode.id)).id == episode.id
-    assert all(m.resource_id == resource for m in await memory.list_memories(resource))
+    assert (await memory.get(resource, episode.id, kind="episode")).id == episode.id
+    assert all(m.resource_id == resource for m in await memory.list(resource))
 
 
 async def test_every_unique_index_leads_with_resource_id(memory: LongTermMemory) -> None:
@@ -338,7 +343,7 @@ async def test_secrets_refused_in_facts_and_redacted_in_episodes(
     assert episode is not None
     assert key not in episode.content and "abcdefghijklmnopqrstuvwx12" not in episode.content
     assert "[REDACTED:api_key]" in episode.content and "[REDACTED:authorization]" in episode.content
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 @pytest.mark.parametrize(
@@ -365,14 +370,14 @@ async def test_strict_validation_changes_nothing(
     with pytest.raises(ValidationError) as err:
         await call(memory, resource)  # type: ignore[operator]
     assert err.value.field == field
-    assert await memory.list_memories(resource) == []
+    assert await memory.list(resource) == []
 
 
 async def test_failed_batch_writes_nothing(memory: LongTermMemory, resource: str) -> None:
     turns = [EpisodeTurn("s", "fine", "fine"), EpisodeTurn("s", "bad\x00", "x")]
     with pytest.raises(ValidationError):
         await memory.retain_episodes(resource, turns)
-    assert await memory.list_episodes(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
 
 
 async def test_database_constraints_back_the_rules(memory: LongTermMemory, resource: str) -> None:

@@ -30,6 +30,7 @@ from popagent.credentials import find_credentials, redact_credentials, redact_js
 from popagent.errors import SecretRefusedError, ValidationError
 from popagent.llm import OpenAIChatModel
 from popagent.memory.validation import check_query, normalize_fact_content, normalize_key
+from popagent.models import MemoryFilter
 from popagent.observe import MemorySettingsStore
 from popagent.observe.engine import ObservationalMemory
 from popagent.threads import ThreadStore
@@ -245,7 +246,9 @@ async def test_no_corpus_value_is_stored_by_any_write_path(
         with pytest.raises(SecretRefusedError) as refused:
             await memory.remember(RESOURCE, "Some ordinary fact", key=key)
         assert refused.value.field == "key"
-    assert [f.content for f in await memory.list_facts(RESOURCE)] == ["Prefers green tea"]
+    assert [f.content for f in await memory.list(RESOURCE, MemoryFilter(kind="fact"))] == [
+        "Prefers green tea"
+    ]
 
     # Episodes: stored, redacted.
     for secret in CORPUS:
@@ -339,7 +342,9 @@ async def test_no_corpus_value_is_stored_by_any_write_path(
         errlog.seek(0)
         server_log = errlog.read()
 
-    assert [f.content for f in await memory.list_facts(RESOURCE)] == ["Prefers green tea"]
+    assert [f.content for f in await memory.list(RESOURCE, MemoryFilter(kind="fact"))] == [
+        "Prefers green tea"
+    ]
     assert _row_count(scratch_url, "popagent_messages") > 4 * len(CORPUS)
     assert scan_database(scratch_url) == {}
     for secret in CORPUS:

@@ -12,6 +12,7 @@ import pytest
 
 import popagent
 from popagent import errors
+from popagent.models import MemoryFilter
 from popagent.store.database import (
     DATABASE_URL_ENV,
     DEFAULT_CHECKOUT_TIMEOUT,
@@ -71,7 +72,7 @@ async def test_connect_without_url_starts_and_stops_an_embedded_server(
         assert (cluster / "postmaster.pid").exists()
     assert not (cluster / "postmaster.pid").exists()  # stopped cleanly
     async with popagent.connect(data_dir=data_dir) as memory:
-        facts = await memory.list_facts("popagent-user")
+        facts = await memory.list("popagent-user", MemoryFilter(kind="fact"))
         assert [f.content for f in facts] == ["Persisted across restarts"]
     assert not (cluster / "postmaster.pid").exists()
 

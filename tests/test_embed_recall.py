@@ -23,6 +23,7 @@ from popagent import EpisodeTurn, LongTermMemory
 from popagent.cli import main
 from popagent.embed import LocalEmbedder, OpenAIEmbedder, configured_embedder
 from popagent.errors import ValidationError
+from popagent.models import MemoryFilter
 from popagent.store import vectors as vector_store
 
 from .embedding_server import EmbeddingServer, concept_vector
@@ -97,7 +98,7 @@ async def test_every_write_path_gets_its_vectors_from_the_worker(
     await semantic.create_fact(resource, "Lives in Lisbon")
     assert await semantic.wait_for_vectors(resource) == 0
     rows = await vector_rows(semantic, resource)
-    memories = await semantic.list_memories(resource, limit=100)
+    memories = await semantic.list(resource, MemoryFilter(limit=100))
     assert sorted({r["memory_id"] for r in rows}) == sorted(m.id for m in memories)
     assert len(rows) == len(memories) == 8  # one chunk each, no duplicates
     assert all(r["model"] == "scripted-384" and r["dimensions"] == 384 for r in rows)
@@ -136,7 +137,7 @@ async def test_changed_content_replaces_vectors_and_stale_ones_never_survive(
             (resource, first.memory.id),
         )
     assert await vector_rows(semantic, resource) == []
-    await semantic.delete_fact(resource, first.memory.id)
+    await semantic.delete(resource, first.memory.id, kind="fact")
 
 
 @pytest.mark.parametrize("path", ["exact", "hnsw"])

@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 import popagent
+from popagent.models import MemoryFilter
 from popagent.store.database import DATABASE_URL_ENV
 from popagent.store.embedded import EmbeddedServer
 
@@ -282,7 +283,7 @@ async def test_the_embedded_cluster_is_restarted_after_kill_9(
         killed = _postmaster_pid(pgdata)
 
         async def facts() -> list[popagent.Memory]:
-            return await memory.list_facts(RESOURCE)
+            return await memory.list(RESOURCE, MemoryFilter(kind="fact"))
 
         holder = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -309,7 +310,7 @@ async def test_the_embedded_cluster_is_restarted_after_kill_9(
         rows, _ = await _until(facts, 20)
         assert [m.content for m in rows] == ["Written before the crash"]
         await memory.remember(RESOURCE, "Written after the restart", key="after")
-        assert len(await memory.list_facts(RESOURCE)) == 2
+        assert len(await memory.list(RESOURCE, MemoryFilter(kind="fact"))) == 2
         assert _postmaster_pid(pgdata) != killed
     assert not (pgdata / "postmaster.pid").exists()
     said = [r.getMessage() for r in caplog.records if r.name == "popagent.store"]
@@ -328,7 +329,7 @@ async def test_a_url_pool_recovers_by_itself_once_the_server_is_back(data_dir: P
             assert _wait_gone(server.pid)
 
             async def facts() -> list[popagent.Memory]:
-                return await memory.list_facts(RESOURCE)
+                return await memory.list(RESOURCE, MemoryFilter(kind="fact"))
 
             assert await _first_failure(facts, 10) < 5
             assert await asyncio.to_thread(server.restart_if_down) is True
@@ -371,7 +372,7 @@ async def test_two_processes_share_one_data_dir(
         assert "Remembered by the CLI" in listed.stdout
         # The CLI's exit left the server to this process, which still uses it.
         assert _postmaster_pid(pgdata) == postmaster
-        contents = sorted(m.content for m in await memory.list_facts(RESOURCE))
+        contents = sorted(m.content for m in await memory.list(RESOURCE, MemoryFilter(kind="fact")))
         assert contents == ["Remembered by the CLI", "Remembered by the library"]
     assert not (pgdata / "postmaster.pid").exists()
     assert _wait_gone(postmaster)

@@ -18,7 +18,7 @@ import pytest
 
 from popagent import LongTermMemory
 from popagent.errors import ConflictError, NotFoundError, ValidationError
-from popagent.models import Provenance
+from popagent.models import MemoryFilter, Provenance
 
 
 async def version_rows(memory: LongTermMemory, resource: str) -> list[dict[str, Any]]:
@@ -149,30 +149,30 @@ async def test_delete_keeps_the_last_value_and_purge_keeps_nothing(
         await memory.fact_history(other_resource, kept.memory.id)
     with pytest.raises(NotFoundError):
         await memory.restore_fact(other_resource, kept.memory.id, 1)
-    assert await memory.list_facts(other_resource) == []
-    await memory.delete_fact(resource, kept.memory.id, origin="gui", session_id="g1")
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
+    await memory.delete(resource, kept.memory.id, kind="fact", origin="gui", session_id="g1")
     with pytest.raises(NotFoundError):
-        await memory.get_fact(resource, kept.memory.id)
+        await memory.get(resource, kept.memory.id, kind="fact")
     deleted, updated = await memory.fact_history(resource, kept.memory.id)
     assert (deleted.version, deleted.content, deleted.ended) == (2, "Has two cats", "deleted")
     assert (deleted.ended_origin, deleted.ended_session_id) == ("gui", "g1")
     assert (updated.version, updated.ended) == (1, "updated")
     # The history of a fact deleted before can be purged later.
     gone = await memory.remember(resource, "Has a dog", key="dog")
-    await memory.delete_fact(resource, gone.memory.id)
+    await memory.delete(resource, gone.memory.id, kind="fact")
     assert len(await memory.fact_history(resource, gone.memory.id)) == 1
-    await memory.delete_fact(resource, gone.memory.id, purge=True)
+    await memory.delete(resource, gone.memory.id, kind="fact", purge=True)
     with pytest.raises(NotFoundError):
         await memory.fact_history(resource, gone.memory.id)
 
     purged = await memory.remember(resource, "Plays chess", key="games")
     await memory.remember(resource, "Plays go", key="games")
-    await memory.delete_fact(resource, purged.memory.id, purge=True)
+    await memory.delete(resource, purged.memory.id, kind="fact", purge=True)
     with pytest.raises(NotFoundError):
         await memory.fact_history(resource, purged.memory.id)
     assert {r["fact_id"] for r in await version_rows(memory, resource)} == {kept.memory.id}
     with pytest.raises(NotFoundError):
-        await memory.delete_fact(resource, purged.memory.id, purge=True)
+        await memory.delete(resource, purged.memory.id, kind="fact", purge=True)
     with pytest.raises(NotFoundError):
         await memory.fact_history(resource, 2**62)
 
@@ -200,7 +200,7 @@ async def test_restore_an_old_value_and_a_deleted_fact_rewrites_vectors(
     again = await semantic.restore_fact(resource, fact_id, 1)
     assert again.version == 3 and len(await semantic.fact_history(resource, fact_id)) == 2
 
-    await semantic.delete_fact(resource, fact_id)
+    await semantic.delete(resource, fact_id, kind="fact")
     assert await vector_shas(semantic, resource) == []
     back = await semantic.restore_fact(resource, fact_id, 2)
     assert (back.id, back.content, back.key, back.version) == (
@@ -231,7 +231,7 @@ async def test_a_restore_that_conflicts_writes_nothing(
     assert (await memory_rows(memory, resource), await version_rows(memory, resource)) == before
     # A deleted keyless fact whose text another fact now has.
     twin = await memory.remember(resource, "Owns a bike")
-    await memory.delete_fact(resource, twin.memory.id)
+    await memory.delete(resource, twin.memory.id, kind="fact")
     await memory.remember(resource, "Owns a bike")
     middle = (await memory_rows(memory, resource), await version_rows(memory, resource))
     with pytest.raises(ConflictError):
@@ -261,10 +261,12 @@ async def test_an_expired_fact_is_never_recalled_and_maintenance_removes_it(
         found = await semantic.recall(resource, "hotel aurora", mode=mode)
         assert [r.memory.id for r in found] == [lasting.memory.id], mode
     # Listed until maintenance removes it (with its expiry, so a reader sees why).
-    assert (await semantic.get_fact(resource, expiring.memory.id)).expires_at == soon
+    assert (await semantic.get(resource, expiring.memory.id, kind="fact")).expires_at == soon
     report = await semantic.maintain(resource_id=resource)
     assert report.expired_facts == 1 and report.total == 1
-    assert [m.id for m in await semantic.list_facts(resource)] == [lasting.memory.id]
+    assert [m.id for m in await semantic.list(resource, MemoryFilter(kind="fact"))] == [
+        lasting.memory.id
+    ]
     (gone,) = await semantic.fact_history(resource, expiring.memory.id)
     assert (gone.ended, gone.ended_origin, gone.expires_at) == ("expired", "maintenance", soon)
     assert (await semantic.maintain(resource_id=resource)).expired_facts == 0
@@ -281,11 +283,11 @@ async def test_maintenance_expires_by_its_own_clock_and_every_resource(
     mine = await memory.create_fact(resource, "On leave", key="status", expires_at=later)
     theirs = await memory.create_fact(other_resource, "On leave", key="status", expires_at=later)
     await memory.update_fact(resource, mine.id, clear_expiry=True)
-    assert (await memory.get_fact(resource, mine.id)).expires_at is None
+    assert (await memory.get(resource, mine.id, kind="fact")).expires_at is None
     report = await memory.maintain(now=later + timedelta(seconds=1))
     assert report.expired_facts >= 1
-    assert [m.id for m in await memory.list_facts(resource)] == [mine.id]
-    assert await memory.list_facts(other_resource) == []
+    assert [m.id for m in await memory.list(resource, MemoryFilter(kind="fact"))] == [mine.id]
+    assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
     assert [v.ended for v in await memory.fact_history(other_resource, theirs.id)] == ["expired"]
 
 
@@ -296,7 +298,7 @@ async def test_cleanup_removes_the_versions_too(memory: LongTermMemory, resource
     fact = await memory.remember(resource, "Runs on Sundays", key="sport")
     await memory.remember(resource, "Runs on Saturdays", key="sport")
     gone = await memory.remember(resource, "Swims", key="water")
-    await memory.delete_fact(resource, gone.memory.id)
+    await memory.delete(resource, gone.memory.id, kind="fact")
     assert len(await version_rows(memory, resource)) == 2
     assert await memory.cleanup(resource, kind="episode") == 0
     assert len(await version_rows(memory, resource)) == 2
@@ -316,19 +318,19 @@ async def test_revert_session_undoes_its_writes_and_skips_conflicts(
     created = await memory.remember(resource, "Hates cheese", key="food", session_id=bad)
     await memory.remember(resource, "Name is Bob", key="name", session_id=bad)
     victim = await memory.remember(resource, "Has a dog", key="pet", session_id="good")
-    await memory.delete_fact(resource, victim.memory.id, session_id=bad)
+    await memory.delete(resource, victim.memory.id, kind="fact", session_id=bad)
     episode = await memory.retain_episode(resource, bad, "I am Bob", "Hello Bob.")
     assert episode is not None
     # One it created and deleted stays deleted; one it changed and deleted comes
     # back with the value before the session.
     fleeting = await memory.remember(resource, "Is in a hurry", key="mood", session_id=bad)
-    await memory.delete_fact(resource, fleeting.memory.id, session_id=bad)
+    await memory.delete(resource, fleeting.memory.id, kind="fact", session_id=bad)
     car = await memory.remember(resource, "Drives a van", key="car", session_id="good")
     await memory.remember(resource, "Drives a bus", key="car", session_id=bad)
-    await memory.delete_fact(resource, car.memory.id, session_id=bad)
+    await memory.delete(resource, car.memory.id, kind="fact", session_id=bad)
     # One it deleted whose key another fact has taken since: skipped.
     clash = await memory.remember(resource, "Lives in Oslo", key="home", session_id="good")
-    await memory.delete_fact(resource, clash.memory.id, session_id=bad)
+    await memory.delete(resource, clash.memory.id, kind="fact", session_id=bad)
     await memory.remember(resource, "Lives in Bergen", key="home", session_id="good")
 
     writes = await memory.session_writes(resource, bad)
@@ -342,15 +344,15 @@ async def test_revert_session_undoes_its_writes_and_skips_conflicts(
     assert set(report.restored) == {kept.memory.id, victim.memory.id, car.memory.id}
     assert report.skipped == (clash.memory.id,)
     assert report.to_json()["skipped"] == [clash.memory.id]
-    name = await memory.get_fact(resource, kept.memory.id)
+    name = await memory.get(resource, kept.memory.id, kind="fact")
     assert (name.content, name.origin, name.session_id) == ("Name is Ada", "gui", "admin")
-    assert (await memory.get_fact(resource, victim.memory.id)).content == "Has a dog"
-    assert (await memory.get_fact(resource, car.memory.id)).content == "Drives a van"
+    assert (await memory.get(resource, victim.memory.id, kind="fact")).content == "Has a dog"
+    assert (await memory.get(resource, car.memory.id, kind="fact")).content == "Drives a van"
     with pytest.raises(NotFoundError):
-        await memory.get_fact(resource, fleeting.memory.id)
+        await memory.get(resource, fleeting.memory.id, kind="fact")
     with pytest.raises(NotFoundError):
-        await memory.get_fact(resource, created.memory.id)
-    assert await memory.list_episodes(resource) == []
+        await memory.get(resource, created.memory.id, kind="fact")
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
     # The undone values stay in history.
     assert "Name is Bob" in [v.content for v in await memory.fact_history(resource, kept.memory.id)]
     assert (await memory.session_writes(resource, bad)).memories == ()
@@ -408,10 +410,10 @@ async def test_other_bad_arguments_are_refused(memory: LongTermMemory, resource:
         await memory.update_fact(resource, fact.id, expires_at=later, clear_expiry=True)
     assert caught.value.field == "expires_at"
     with pytest.raises(ValidationError) as caught:
-        await memory.delete_fact(resource, fact.id, origin="nobody")
+        await memory.delete(resource, fact.id, kind="fact", origin="nobody")
     assert caught.value.field == "origin"
     with pytest.raises(ValidationError) as caught:
-        await memory.delete_fact(resource, fact.id, purge="yes")  # type: ignore[arg-type]
+        await memory.delete(resource, fact.id, kind="fact", purge="yes")  # type: ignore[arg-type]
     assert caught.value.field == "purge"
     with pytest.raises(ValidationError) as caught:
         await memory.restore_fact(resource, fact.id, 0)
@@ -422,7 +424,7 @@ async def test_other_bad_arguments_are_refused(memory: LongTermMemory, resource:
     with pytest.raises(ValidationError) as caught:
         await memory.revert_session(resource, "")
     assert caught.value.field == "session_id"
-    assert (await memory.get_fact(resource, fact.id)).version == 1
+    assert (await memory.get(resource, fact.id, kind="fact")).version == 1
     # An episode never carries an expiry: the schema refuses one outright.
     episode = await memory.retain_episode(resource, "s", "Hi", "Hello")
     assert episode is not None and episode.origin == "library"
@@ -439,7 +441,7 @@ async def test_the_unique_indexes_hold_for_current_rows_only(
 ) -> None:
     first = await memory.remember(resource, "Drives a van", key="car")
     await memory.remember(resource, "Drives a truck", key="car")
-    await memory.delete_fact(resource, first.memory.id)
+    await memory.delete(resource, first.memory.id, kind="fact")
     # Versions may share a key with a current fact; the current rows may not share one.
     second = await memory.remember(resource, "Drives a bus", key="car")
     assert second.action == "created" and second.memory.id != first.memory.id
@@ -471,7 +473,7 @@ async def test_a_change_made_by_plain_sql_is_kept_and_numbered(
                 "WHERE resource_id = %s AND id = %s",
                 (text, hashlib.sha256(text.encode()).hexdigest(), resource, fact.id),
             )
-    current = await memory.get_fact(resource, fact.id)
+    current = await memory.get(resource, fact.id, kind="fact")
     assert (current.content, current.version) == ("Reads essays", 3)
     history = await memory.fact_history(resource, fact.id)
     assert [(v.version, v.content) for v in history] == [(2, "Reads poetry"), (1, "Reads novels")]

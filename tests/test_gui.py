@@ -165,7 +165,7 @@ async def test_fact_create_edit_delete(
     )
     assert created.status_code == 303
     fid = memory_id(created.headers["location"])
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.key, fact.importance) == ("Prefers dark mode", "ui.theme", 0.8)
 
     shown = await gui.get(created.headers["location"])
@@ -181,7 +181,7 @@ async def test_fact_create_edit_delete(
     )
     assert edited.status_code == 303
     assert edited.headers["location"] == f"/memories/{fid}?notice=fact-updated"
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.key, fact.importance) == ("Prefers light mode", None, 0.3)
 
     confirm = await gui.get(f"/facts/{fid}/delete")

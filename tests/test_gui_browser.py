@@ -138,7 +138,7 @@ async def test_create_edit_delete_fact(
     await page.get_by_role("button", name="Create fact").click()
     await expect(page.locator(".notice")).to_have_text("Fact created.")
     fid = int(re.findall(r"/memories/(\d+)", page.url)[0])
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.key, fact.importance) == (
         "Waters the basil every Monday",
         "garden.basil",
@@ -151,7 +151,7 @@ async def test_create_edit_delete_fact(
     await page.get_by_role("button", name="Save fact").click()
     await expect(page.locator(".notice")).to_have_text("Fact saved.")
     await expect(page.get_by_test_id("content")).to_have_text("Waters the basil every Tuesday")
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.key) == ("Waters the basil every Tuesday", None)
 
     await page.get_by_role("link", name="Recall").click()
@@ -172,7 +172,7 @@ async def test_create_edit_delete_fact(
     assert await count_rows(memory, resource) == 2  # the confirmation page deletes nothing
     await page.get_by_role("button", name="Delete this fact").click()
     await expect(page.locator(".notice")).to_have_text("Fact deleted.")
-    assert [m.kind for m in await memory.list_memories(resource)] == ["episode"]
+    assert [m.kind for m in await memory.list(resource)] == ["episode"]
     w.assert_clean()
 
 
@@ -418,7 +418,7 @@ async def test_keyboard_only_fact_creation(
     await tab_to(page, "el.textContent.trim() === 'Create fact'", limit=10)
     await page.keyboard.press("Enter")
     await expect(page.locator(".notice")).to_have_text("Fact created.")
-    facts = await memory.list_facts(resource)
+    facts = await memory.list(resource, MemoryFilter(kind="fact"))
     assert [(f.content, f.key, f.importance) for f in facts] == [
         ("Takes the train to work", "commute", 0.6)
     ]
@@ -520,7 +520,7 @@ async def test_restore_an_old_version_and_revert_a_session(
     await expect(page.locator(".notice")).to_have_text("Fact saved.")
     await expect(page.get_by_test_id("version")).to_have_text("2")
     await expect(page.get_by_test_id("origin")).to_have_text("gui")
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert fact.expires_at is not None and fact.expires_at.year == 2999
     await expect(page.get_by_test_id("versions")).to_contain_text("Drives a blue car")
     await screenshot(page, screenshots, "fact-history.png")
@@ -529,7 +529,7 @@ async def test_restore_an_old_version_and_revert_a_session(
     await expect(page.locator(".notice")).to_have_text("Version 1 restored.")
     await expect(page.get_by_test_id("content")).to_have_text("Drives a blue car")
     await expect(page.get_by_role("button", name="Restore version 2")).to_be_visible()
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.version, fact.origin) == ("Drives a blue car", 3, "gui")
 
     # A session that changed the fact and added one: revert both after confirming.
@@ -544,13 +544,13 @@ async def test_restore_an_old_version_and_revert_a_session(
     await expect(writes).to_contain_text("Cycles to work")
     await page.get_by_role("link", name="Revert this session's writes…").click()
     await expect(page.get_by_test_id("revert-summary")).to_contain_text("2 memories")
-    assert (await memory.get_fact(resource, fid)).content == "Rides a bike"  # not yet
+    assert (await memory.get(resource, fid, kind="fact")).content == "Rides a bike"  # not yet
     await page.get_by_role("button", name="Revert these writes").click()
     await expect(page.locator(".notice")).to_have_text(
         "Session's writes reverted: 1 fact restored, 1 memory deleted, 0 writes skipped."
     )
-    assert (await memory.get_fact(resource, fid)).content == "Drives a blue car"
-    assert [m.id for m in await memory.list_memories(resource)] == [fid]
-    assert added.id not in {m.id for m in await memory.list_memories(resource)}
+    assert (await memory.get(resource, fid, kind="fact")).content == "Drives a blue car"
+    assert [m.id for m in await memory.list(resource)] == [fid]
+    assert added.id not in {m.id for m in await memory.list(resource)}
     await screenshot(page, screenshots, "session-reverted.png")
     w.assert_clean()

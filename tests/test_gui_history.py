@@ -90,7 +90,7 @@ async def test_gui_writes_record_origin_gui_and_take_an_expiry(
     gui: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     fid = await create(gui, "Is in Lisbon", expires_at="2999-01-01T10:30")
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.origin, fact.expires_at) == ("gui", datetime(2999, 1, 1, 10, 30, tzinfo=UTC))
     html = (await gui.get(f"/memories/{fid}")).text
     assert '<time datetime="2999-01-01T10:30:00+00:00">' in html
@@ -100,12 +100,12 @@ async def test_gui_writes_record_origin_gui_and_take_an_expiry(
         gui, f"/facts/{fid}", form("Is in Porto", expires_at="2999-02-01T08:00")
     )
     assert moved.status_code == 303
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.origin, fact.version) == ("Is in Porto", "gui", 2)
     assert fact.expires_at == datetime(2999, 2, 1, 8, tzinfo=UTC)
     cleared = await post_form(gui, f"/facts/{fid}", form("Is in Porto"))
     assert cleared.status_code == 303
-    assert (await memory.get_fact(resource, fid)).expires_at is None
+    assert (await memory.get(resource, fid, kind="fact")).expires_at is None
 
 
 async def test_an_expiry_left_as_shown_stays_as_stored(
@@ -123,7 +123,7 @@ async def test_an_expiry_left_as_shown_stays_as_stored(
     )
     assert same.status_code == 303
     assert await memory_state(memory, resource) == before
-    assert (await memory.get_fact(resource, fact.id)).expires_at == when
+    assert (await memory.get(resource, fact.id, kind="fact")).expires_at == when
 
 
 async def test_expired_fact_is_marked(
@@ -147,7 +147,7 @@ async def test_expired_fact_is_marked(
         form("Parked on level four", expires_at=soon.strftime("%Y-%m-%dT%H:%M:%S")),
     )
     assert edited.status_code == 303, edited.text
-    assert (await memory.get_fact(resource, fact.id)).expires_at == soon
+    assert (await memory.get(resource, fact.id, kind="fact")).expires_at == soon
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ async def test_history_lists_versions_and_restores_one(
     restored = await post_form(gui, f"/facts/{fid}/restore", {"version": "1"})
     assert restored.status_code == 303
     assert restored.headers["location"] == f"/memories/{fid}?notice=fact-restored&version=1"
-    fact = await memory.get_fact(resource, fid)
+    fact = await memory.get(resource, fid, kind="fact")
     assert (fact.content, fact.version, fact.origin) == ("Drives a blue car", 4, "gui")
     shown = (await gui.get(restored.headers["location"])).text
     assert "Version 1 restored." in shown
@@ -249,7 +249,7 @@ async def test_delete_keeps_history_and_restores_from_the_history_page(
     assert restore_buttons(history.text, fid) == [1]
     back = await post_form(gui, f"/facts/{fid}/restore", {"version": "1"})
     assert back.headers["location"] == f"/memories/{fid}?notice=fact-restored&version=1"
-    assert (await memory.get_fact(resource, fid)).key == "job"
+    assert (await memory.get(resource, fid, kind="fact")).key == "job"
     current = (await gui.get(f"/facts/{fid}/history")).text
     assert 'data-testid="gone"' not in current and "Works at the harbour" in current
 
@@ -312,8 +312,8 @@ async def test_session_writes_and_revert_with_confirmation(
     assert location == "/sessions/s-1?notice=session-reverted&restored=1&deleted=1&skipped=0"
     shown = (await gui.get(location)).text
     assert "1 fact restored, 1 memory deleted, 0 writes skipped" in shown
-    fact = await memory.get_fact(resource, home)
+    fact = await memory.get(resource, home, kind="fact")
     assert (fact.content, fact.origin) == ("Lives in Porto", "gui")
-    assert [m.id for m in await memory.list_memories(resource)] == [home]
+    assert [m.id for m in await memory.list(resource)] == [home]
     assert "Memories it wrote that stand (0)" in shown
     assert 'href="/sessions/s-1/revert"' not in shown  # nothing of it left to undo

@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 import popagent
 from popagent.cli import main
 from popagent.errors import ValidationError
+from popagent.models import MemoryFilter
 from popagent.offload import stop_processes, use_processes
 from popagent.portable import export_resource, import_resource
 from popagent.portable.importer import BATCH_LINES
@@ -436,7 +437,7 @@ async def test_a_bad_mem0_document_is_exit_2_naming_the_place_and_writes_nothing
     assert result.exit_code == 2, result.output
     assert f"Error: {expected}" in result.output, result.output
     assert "Traceback" not in result.output
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_a_large_mem0_document_is_read_memory_by_memory(

@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 import popagent
 from popagent.cli import main
 from popagent.keys import KeyStore, RateLimit, hash_secret, looks_like_key
-from popagent.models import Session
+from popagent.models import MemoryFilter, Session
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
 from popagent.web.middleware import LOGIN_COOKIE
@@ -312,9 +312,9 @@ async def test_mcp_http_takes_the_resource_from_the_key(
             assert not found.is_error and ours not in text_of(found)
             write = await c.call_tool("remember", {"content": "not with a read key"})
             assert write.is_error and "read-only tools only" in text_of(write)
-    assert [m.content for m in await memory.list_facts(one)] == [ours]
-    assert await memory.list_facts(two) == []
-    assert await memory.list_facts("unused-resource") == []
+    assert [m.content for m in await memory.list(one, MemoryFilter(kind="fact"))] == [ours]
+    assert await memory.list(two, MemoryFilter(kind="fact")) == []
+    assert await memory.list("unused-resource", MemoryFilter(kind="fact")) == []
 
 
 async def test_mcp_http_applies_the_key_rate_and_the_storage_quota(
@@ -353,13 +353,13 @@ async def test_mcp_http_applies_the_key_rate_and_the_storage_quota(
                 assert not stored.is_error, text_of(stored)
             full = await c.call_tool("remember", {"content": "one too many"})
             assert full.is_error and "its quota is 2" in text_of(full)
-            first = (await memory.list_facts(one))[0]
+            first = (await memory.list(one, MemoryFilter(kind="fact")))[0]
             gone = await c.call_tool("forget_fact", {"id": first.id})
             assert not gone.is_error, text_of(gone)
             fits = await c.call_tool("remember", {"content": "room again"})
             assert not fits.is_error, text_of(fits)
     kept = {"fact number 0", "fact number 1", "room again"} - {first.content}
-    assert {m.content for m in await memory.list_facts(one)} == kept
+    assert {m.content for m in await memory.list(one, MemoryFilter(kind="fact"))} == kept
     events = await store.audit(200, resource_id=one)
     rate_refusals = [e for e in events if e["reason"] == "rate_limited"]
     assert len(rate_refusals) == 16 - allowed
@@ -522,9 +522,9 @@ async def test_storage_quota_counts_memories_from_the_statistics(
             full = await a.post("/api/facts", json={"content": "one more"}, headers=bearer(small))
             assert full.status_code == 429 and full.json()["error"] == "quota_exceeded"
             assert "quota is 3" in full.json()["message"] and full.headers["retry-after"]
-            assert len(await memory.list_facts(one)) == 3
+            assert len(await memory.list(one, MemoryFilter(kind="fact"))) == 3
             # Deleting makes room (a delete is never refused by the quota).
-            fact = (await memory.list_facts(one))[0]
+            fact = (await memory.list(one, MemoryFilter(kind="fact")))[0]
             gone = await a.delete(f"/api/facts/{fact.id}", headers=bearer(small))
             assert gone.status_code in (200, 204), gone.text
             assert (await store.usage(one))[0] == 2

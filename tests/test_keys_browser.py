@@ -23,6 +23,7 @@ from playwright.async_api import Browser, Page, expect
 
 import popagent
 from popagent.keys import KeyStore, looks_like_key
+from popagent.models import MemoryFilter
 from tests.test_gui_browser import (  # noqa: F401 (fixtures, used by name)
     browser,
     chromium,
@@ -101,7 +102,7 @@ async def test_an_admin_login_creates_uses_and_revokes_a_key_in_the_browser(
             assert [(m["id"], m["resource_id"]) for m in items] == [(ours.id, one)]
             wrote = await api.post("/api/facts", json={"content": "x"}, headers=bearer(key))
             assert wrote.status_code == 403, wrote.text
-        assert [f.id for f in await memory.list_facts(one)] == [ours.id]
+        assert [f.id for f in await memory.list(one, MemoryFilter(kind="fact"))] == [ours.id]
 
         # Back on the list, the key is there by name and prefix, never in full.
         await page.get_by_role("link", name="Back to the keys").click()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.memory.longterm import EPISODE_CAP_PER_RESOURCE
+from popagent.models import MemoryFilter
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -40,7 +41,9 @@ async def test_old_episodes_expire_facts_stay(memory: LongTermMemory, resource: 
         )
     report = await memory.maintain(now=NOW)
     assert report.expired_episodes >= 1
-    assert [e.content.split()[1] for e in await memory.list_episodes(resource)] == ["recent"]
+    assert [
+        e.content.split()[1] for e in await memory.list(resource, MemoryFilter(kind="episode"))
+    ] == ["recent"]
     assert await count(memory, resource, "fact") == 1
     again = await memory.maintain(now=NOW)
     assert await count(memory, resource, "episode") == 1
@@ -65,7 +68,11 @@ async def test_cap_is_per_resource_and_keeps_the_newest(
     assert await count(memory, resource, "episode") == EPISODE_CAP_PER_RESOURCE
     assert await count(memory, other_resource, "episode") == 100
     assert await count(memory, resource, "fact") == 20
-    oldest = (await memory.list_episodes(resource, limit=1, offset=EPISODE_CAP_PER_RESOURCE - 1))[0]
+    oldest = (
+        await memory.list(
+            resource, MemoryFilter(kind="episode", limit=1, offset=EPISODE_CAP_PER_RESOURCE - 1)
+        )
+    )[0]
     assert oldest.content.startswith("User: turn 37\n")
     assert (await memory.maintain(now=NOW)).total == 0
 

@@ -24,15 +24,11 @@ from popagent.agent import AuditLog, RememberTool, ToolContext, ToolRunner
 from popagent.agent.remember import REMEMBER_SPEC
 from popagent.cli import main
 from popagent.cli import mcp as cli_mcp
-from popagent.mcp import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    SERVER_INSTRUCTIONS,
-    SESSION_PREFIX,
-    MemoryServer,
-)
+from popagent.defaults import DEFAULT_HOST, DEFAULT_MCP_PORT
+from popagent.mcp import SERVER_INSTRUCTIONS, SESSION_PREFIX, MemoryServer
 from popagent.mcp.guidance import FALLIBLE, WORTH_REMEMBERING
 from popagent.mcp.server import RESOURCE_HINT
+from popagent.models import MemoryFilter
 from tests.agent_support import audit_text
 from tests.mcp_support import TOOLS, stdio_params, text_of
 
@@ -128,7 +124,7 @@ async def test_stdio_remember_then_recall_across_two_connections(
             "remember", {"content": THEME, "key": "ui.theme", "importance": 0.8}
         )
     assert not stored.is_error
-    fact = (await memory.list_facts(resource))[0]
+    fact = (await memory.list(resource, MemoryFilter(kind="fact")))[0]
     assert text_of(stored) == f"Stored: created fact #{fact.id} with key 'ui.theme': {THEME}"
     assert fact.session_id is not None and fact.session_id.startswith(SESSION_PREFIX)
 
@@ -169,8 +165,8 @@ async def test_stdio_refusals_come_back_as_tool_errors_and_audit_holds_no_conten
     assert "unknown argument 'resource_id'" in text_of(chosen)
     assert text_of(chosen).endswith(RESOURCE_HINT)
     assert not ok.is_error and CITY in text_of(found)
-    assert [f.content for f in await memory.list_facts(resource)] == [CITY]
-    assert await memory.list_facts("someone-else", text="Ghent") == []
+    assert [f.content for f in await memory.list(resource, MemoryFilter(kind="fact"))] == [CITY]
+    assert await memory.list("someone-else", MemoryFilter(kind="fact", text="Ghent")) == []
 
     rows = list(reversed(await AuditLog(memory.pool).list_audit(resource)))
     assert [(r.hook, r.tool) for r in rows] == [
@@ -222,7 +218,7 @@ async def test_two_stdio_servers_for_two_resources_never_see_each_other(
     ):
         await mine.call_tool("remember", {"content": THEME, "key": "ui.theme"})
         await theirs.call_tool("remember", {"content": "Prefers light mode", "key": "ui.theme"})
-        their_fact = (await memory.list_facts(other_resource))[0]
+        their_fact = (await memory.list(other_resource, MemoryFilter(kind="fact")))[0]
         mine_recall = await mine.call_tool("recall", {"query": "which mode does the user prefer"})
         mine_list = await mine.call_tool("list_facts", {})
         forget = await mine.call_tool("forget_fact", {"id": their_fact.id})
@@ -236,7 +232,9 @@ async def test_two_stdio_servers_for_two_resources_never_see_each_other(
         forget.is_error and text_of(forget) == f"Refused: no fact {their_fact.id} in this resource"
     )
     assert "light mode" in text_of(theirs_recall) and "dark" not in text_of(theirs_recall)
-    assert [f.id for f in await memory.list_facts(other_resource)] == [their_fact.id]
+    assert [f.id for f in await memory.list(other_resource, MemoryFilter(kind="fact"))] == [
+        their_fact.id
+    ]
 
 
 # --- the tools, in-process ------------------------------------------------------------------
@@ -275,7 +273,7 @@ async def test_remember_refuses_exactly_as_the_turn_pipeline_does(
         assert expected.startswith("Refused")
         hint = RESOURCE_HINT if "resource_id" in args else ""
         assert text_of(result) == expected + hint
-        assert await memory.list_facts(resource) == []
+        assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
 async def test_remember_upserts_by_key_with_the_turn_pipelines_wording(
@@ -283,7 +281,7 @@ async def test_remember_upserts_by_key_with_the_turn_pipelines_wording(
 ) -> None:
     async with inproc(memory, resource) as client:
         first = text_of(await client.call_tool("remember", {"content": THEME, "key": "UI.Theme"}))
-        [fact] = await memory.list_facts(resource)
+        [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
         assert first == f"Stored: created fact #{fact.id} with key 'ui.theme': {THEME}"
         second = text_of(
             await client.call_tool("remember", {"content": "Prefers light mode", "key": "ui.theme"})
@@ -305,7 +303,9 @@ async def test_remember_upserts_by_key_with_the_turn_pipelines_wording(
         assert keyless.startswith("Stored: created fact #") and keyless.endswith(
             f"(no key): {CITY}"
         )
-        assert [(f.key, f.content) for f in await memory.list_facts(resource)] == [
+        assert [
+            (f.key, f.content) for f in await memory.list(resource, MemoryFilter(kind="fact"))
+        ] == [
             (None, CITY),
             ("ui.theme", "Prefers light mode"),
         ]
@@ -372,7 +372,7 @@ async def test_recall_list_and_forget_facts(memory: popagent.LongTermMemory, res
         ):
             refused = await client.call_tool("forget_fact", args)
             assert refused.is_error and text_of(refused) == message, args
-        assert len(await memory.list_facts(resource)) == 2
+        assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 2
 
         by_key_gone = await client.call_tool("forget_fact", {"key": "UI.THEME"})
         assert text_of(by_key_gone) == f"Deleted fact #{theme.id} with key 'ui.theme': {THEME}"
@@ -394,7 +394,7 @@ async def test_writes_record_origin_mcp_and_history_restores(
             {"content": THEME, "key": "ui.theme", "expires_at": "2099-01-01T00:00:00Z"},
         )
         assert not stored.is_error
-        [fact] = await memory.list_facts(resource)
+        [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
         assert text_of(stored) == (
             f"Stored: created fact #{fact.id} with key 'ui.theme', expiring "
             f"2099-01-01T00:00:00+00:00: {THEME}"
@@ -408,7 +408,7 @@ async def test_writes_record_origin_mcp_and_history_restores(
             text_of(bad)
         )
         await client.call_tool("remember", {"content": "Prefers light mode", "key": "ui.theme"})
-        assert len(await memory.list_facts(resource)) == 1
+        assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 1
 
         by_key = await client.call_tool("fact_history", {"key": "UI.Theme"})
         assert not by_key.is_error and by_key.structured_content is not None
@@ -451,7 +451,7 @@ async def test_writes_record_origin_mcp_and_history_restores(
             f"Restored fact #{fact.id} with key 'ui.theme' to version 1's value (now version 3): "
             f"{THEME}"
         )
-        back = await memory.get_fact(resource, fact.id)
+        back = await memory.get(resource, fact.id, kind="fact")
         assert (back.content, back.version, back.origin) == (THEME, 3, "mcp")
         assert back.session_id == server.session_id
         for args, message in (
@@ -470,7 +470,9 @@ async def test_writes_record_origin_mcp_and_history_restores(
         await client.call_tool("remember", {"content": "Prefers grey", "key": "ui.theme"})
         conflict = await client.call_tool("restore_fact", {"id": fact.id, "version": 1})
         assert conflict.is_error and text_of(conflict).startswith("Refused: a fact with this key")
-        assert [f.content for f in await memory.list_facts(resource)] == ["Prefers grey"]
+        assert [f.content for f in await memory.list(resource, MemoryFilter(kind="fact"))] == [
+            "Prefers grey"
+        ]
 
 
 async def test_episodes_are_readable_not_writable(
@@ -517,7 +519,10 @@ async def test_episodes_are_readable_not_writable(
         assert not [n for n in TOOLS if "episode" in n and not n.startswith(("list_", "get_"))]
         refused = await client.call_tool("forget_fact", {"id": first.id})
         assert refused.is_error
-        assert [e.id for e in await memory.list_episodes(resource)] == [second.id, first.id]
+        assert [e.id for e in await memory.list(resource, MemoryFilter(kind="episode"))] == [
+            second.id,
+            first.id,
+        ]
 
 
 async def test_unknown_tools_and_arguments_are_tool_errors(
@@ -596,10 +601,9 @@ def test_the_resource_is_checked_before_anything_starts() -> None:
 def test_cli_defaults_match_the_package_and_exports_are_pinned() -> None:
     import popagent.mcp as package
 
-    assert (cli_mcp.DEFAULT_HOST, cli_mcp.DEFAULT_PORT) == (DEFAULT_HOST, DEFAULT_PORT)
+    defaults = {p.name: p.default for p in cli_mcp.mcp_command.params}
+    assert (defaults["host"], defaults["port"]) == (DEFAULT_HOST, DEFAULT_MCP_PORT)
     assert sorted(package.__all__) == [
-        "DEFAULT_HOST",
-        "DEFAULT_PORT",
         "MCP_PATH",
         "MemoryServer",
         "SERVER_INSTRUCTIONS",

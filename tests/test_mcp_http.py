@@ -20,6 +20,7 @@ from popagent.cli import main
 from popagent.errors import ValidationError
 from popagent.mcp import SESSION_PREFIX, MemoryServer, http_app
 from popagent.mcp.server import RESOURCE_HINT
+from popagent.models import MemoryFilter
 from tests.agent_support import audit_text
 from tests.mcp_support import TOOLS, http_server, text_of
 
@@ -70,7 +71,7 @@ async def test_http_serves_on_loopback_and_remembers_across_connections(
         updated = await first.call_tool(
             "remember", {"content": "Prefers light mode", "key": "ui.theme"}
         )
-    [fact] = await memory.list_facts(resource)
+    [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
     assert text_of(stored) == f"Stored: created fact #{fact.id} with key 'ui.theme': {THEME}"
     assert text_of(updated) == (
         f"Stored: updated fact #{fact.id} with key 'ui.theme'; it replaces the previous value: "
@@ -112,7 +113,7 @@ async def test_http_refusals_are_tool_errors_and_audit_holds_no_content(
         "Refused, the tool did not run: unknown argument 'resource_id' "
         "(this tool accepts: query, limit)." + RESOURCE_HINT
     )
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     rows = await AuditLog(memory.pool).list_audit(resource)
     assert [(r.tool, r.outcome) for r in rows if r.hook == "after_tool_call"] == [
         ("recall", "refused"),
@@ -139,8 +140,10 @@ async def test_two_http_servers_for_two_resources_never_see_each_other(
     assert "dark mode" in text_of(mine_recall) and "light" not in text_of(mine_recall)
     assert theirs_list.structured_content is not None
     assert [f["content"] for f in theirs_list.structured_content["facts"]] == ["Prefers light mode"]
-    assert [f.content for f in await memory.list_facts(resource)] == [THEME]
-    assert [f.content for f in await memory.list_facts(other_resource)] == ["Prefers light mode"]
+    assert [f.content for f in await memory.list(resource, MemoryFilter(kind="fact"))] == [THEME]
+    assert [f.content for f in await memory.list(other_resource, MemoryFilter(kind="fact"))] == [
+        "Prefers light mode"
+    ]
 
 
 async def test_a_configured_token_is_required_on_every_request(token_url: str) -> None:

@@ -1,8 +1,5 @@
 """``MemoryFilter`` and the one call per verb (``list``, ``get``, ``delete`` taking ``kind``),
 on the suite's real database, and the HTTP client passing a filter to a real server.
-
-The per-kind names (``list_facts``, ``get_episode``, ...) are checked here only
-where they must agree with the new calls; their own tests are elsewhere.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import pytest
 import popagent
 from popagent.client import AsyncClient, Client, calls
 from popagent.errors import NotFoundError, ValidationError
-from popagent.memory.validation import LIST_LIMIT_CAP, check_filter
+from popagent.memory.validation import FILTER_FIELDS, LIST_LIMIT_CAP, check_filter, filter_from
 from popagent.models import Memory, MemoryFilter
 from popagent.web import ServerConfig
 from tests.web_support import uvicorn_server
@@ -77,6 +74,18 @@ def test_the_filter_is_a_frozen_value() -> None:
         "limit",
         "offset",
     ]
+
+
+def test_filter_from_reads_the_fields_by_name() -> None:
+    assert tuple(f.name for f in dataclasses.fields(MemoryFilter)) == FILTER_FIELDS
+    given = {"text": "tea", "limit": 7, "json": True, "resource_id": "other"}
+    assert filter_from(given) == MemoryFilter(text="tea", limit=7)  # other names ignored
+    # Defaults fill what is not given; what is given wins, even None.
+    assert filter_from({"limit": 3, "key": None}, kind="fact", limit=10, key="k") == MemoryFilter(
+        kind="fact", limit=3
+    )
+    every = {name: f"v-{name}" for name in FILTER_FIELDS}
+    assert dataclasses.asdict(filter_from(every)) == every
 
 
 def test_check_filter_returns_a_normalized_copy() -> None:
@@ -151,23 +160,6 @@ async def test_list_filters_by_each_field(memory: popagent.LongTermMemory, resou
     assert await listed(kind="episode", offset=3) == []
 
 
-async def test_the_old_lists_are_the_one_list(
-    memory: popagent.LongTermMemory, resource: str
-) -> None:
-    r = await seed(memory, resource)
-    assert await memory.list_facts(resource, key="drink") == await memory.list(
-        resource, MemoryFilter(kind="fact", key="drink")
-    )
-    assert ids(await memory.list_facts(resource)) == ids(
-        await memory.list(resource, MemoryFilter(kind="fact"))
-    )
-    episodes = await memory.list_episodes(resource, session_id="s-a", created_after=T0, limit=1)
-    assert ids(episodes) == [r.new.id]
-    assert await memory.list_memories(resource, kind="episode", offset=1) == await memory.list(
-        resource, MemoryFilter(kind="episode", offset=1)
-    )
-
-
 @pytest.mark.parametrize(("field", "value"), BAD_FIELDS)
 async def test_list_refuses_a_bad_field_naming_it(
     memory: popagent.LongTermMemory, resource: str, field: str, value: Any
@@ -200,11 +192,6 @@ async def test_get_takes_an_optional_kind(memory: popagent.LongTermMemory, resou
         await memory.get(resource, r.tea.id, kind="episode")
     with pytest.raises(NotFoundError, match=f"^no fact {r.old.id} in this resource$"):
         await memory.get(resource, r.old.id, kind="fact")
-    # The old names say the same.
-    with pytest.raises(NotFoundError, match=f"^no fact {r.old.id} in this resource$"):
-        await memory.get_fact(resource, r.old.id)
-    with pytest.raises(NotFoundError, match=f"^no episode {r.tea.id} in this resource$"):
-        await memory.get_episode(resource, r.tea.id)
     missing = r.new.id + 1_000_000
     with pytest.raises(NotFoundError, match=f"^no memory {missing} in this resource$"):
         await memory.get(resource, missing)
@@ -221,10 +208,6 @@ async def test_delete_of_the_wrong_kind_deletes_nothing(
         await memory.delete(resource, r.tea.id, kind="episode")
     with pytest.raises(NotFoundError, match=f"^no fact {r.old.id} in this resource$"):
         await memory.delete(resource, r.old.id, kind="fact")
-    with pytest.raises(NotFoundError, match=f"^no fact {r.old.id} in this resource$"):
-        await memory.delete_fact(resource, r.old.id)
-    with pytest.raises(NotFoundError, match=f"^no episode {r.tea.id} in this resource$"):
-        await memory.delete_episode(resource, r.tea.id)
     assert len(await memory.list(resource)) == 5
 
 
@@ -292,14 +275,10 @@ def test_filter_params_is_the_one_query_of_a_filter() -> None:
         "limit": 5,
         "offset": 0,
     }
-    assert "kind" not in calls.filter_params(where, with_kind=False)
     assert calls.list_memories(where).path == "/api/memories"
     assert calls.list_memories(where).params == calls.filter_params(where)
-    facts = calls.list_facts(MemoryFilter(kind="fact", key="drink", limit=2))
-    assert (facts.path, facts.params) == ("/api/facts", {"key": "drink", "limit": 2, "offset": 0})
-    episodes = calls.list_episodes(MemoryFilter(kind="episode", text="tea"))
-    assert episodes.path == "/api/episodes"
-    assert episodes.params == {"text": "tea", "limit": 50, "offset": 0}
+    facts = calls.list_memories(MemoryFilter(kind="fact", key="drink", text="tea", limit=2))
+    assert facts.params == {"kind": "fact", "key": "drink", "text": "tea", "limit": 2, "offset": 0}
 
 
 async def test_the_clients_pass_a_filter_to_the_server(

@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 import popagent
 from popagent.cli import main
 from popagent.errors import ConflictError, SecretRefusedError, ValidationError
-from popagent.models import Provenance
+from popagent.models import MemoryFilter, Provenance
 from popagent.observe import MemorySettingsStore
 from popagent.portable import (
     ImportReport,
@@ -134,7 +134,7 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
     await memory.remember(resource, "Prefers green tea", key="drink", importance=0.3)
     gone = await memory.remember(resource, "Owns a red bicycle", key="bike")
     await memory.update_fact(resource, gone.memory.id, content="Owns a blue bicycle")
-    await memory.delete_fact(resource, gone.memory.id, origin="cli")
+    await memory.delete(resource, gone.memory.id, kind="fact", origin="cli")
     await memory.retain_episode(
         resource,
         "chat-1",
@@ -343,7 +343,7 @@ async def test_export_imports_into_another_resource_and_database_and_again_chang
     again = await import_resource(scratch.pool, lines)  # the restored history is matched
     assert everything_unchanged(again)
     assert await raw_rows(scratch_url, resource) == restored_rows
-    lisbon = await scratch.list_facts(resource, key="home.city")
+    lisbon = await scratch.list(resource, MemoryFilter(kind="fact", key="home.city"))
     assert lisbon[0].version == 2 and lisbon[0].origin == "agent"
     assert lisbon[0].tool_call_id == "call_1" and len(lisbon[0].message_ids) == 1
 
@@ -544,7 +544,7 @@ async def test_mem0_exports_import_as_facts_in_both_shapes(
     get_all = {"results": _mem0(resource, "Loves  hiking in the Alps", "Is vegetarian")}
     report = await import_mem0(memory.pool, json.dumps(get_all))
     assert report.resource_ids == (resource,) and report.counts["fact"]["added"] == 2
-    facts = await memory.list_facts(resource)
+    facts = await memory.list(resource, MemoryFilter(kind="fact"))
     assert {f.content for f in facts} == {"Loves hiking in the Alps", "Is vegetarian"}
     assert all(f.origin == "import" and f.key is None and f.importance == 0.5 for f in facts)
     assert all(f.created_at == datetime(2024, 7, 20, 8, 30, tzinfo=UTC) for f in facts)
@@ -568,7 +568,7 @@ async def test_mem0_memories_with_credentials_are_refused_and_nothing_is_written
     with pytest.raises(SecretRefusedError) as caught:
         await import_mem0(memory.pool, json.dumps(document))
     assert caught.value.field == "results[1].memory"
-    assert await memory.list_facts(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     with pytest.raises(ValidationError) as invalid:
         await import_mem0(memory.pool, json.dumps({"results": [{"id": "1"}]}), resource_id=resource)
     assert invalid.value.field == "results[0].memory"

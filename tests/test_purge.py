@@ -71,7 +71,7 @@ async def fill(
     for drink in ("tea", "coffee", "mate"):
         await memory.remember(resource, f"{mark} drinks {drink} every morning", key="drink.pref")
     gone = await memory.create_fact(resource, f"{mark} once lived in Lisbon")
-    await memory.delete_fact(resource, gone.id)
+    await memory.delete(resource, gone.id, kind="fact")
     await memory.retain_episode(resource, session, f"{mark} asked", f"{mark} answered")
     # A turn: session, messages with tool-call parts, a turn row, audit rows, an episode.
     scripted.script(

@@ -17,6 +17,7 @@ import pytest
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
+from popagent.models import MemoryFilter
 
 
 @pytest.fixture
@@ -101,9 +102,9 @@ async def test_every_write_path_keeps_statistics_exact(
     assert await memory.recall(resource, "colour scheme?") == []
     await memory.update_fact(resource, theme.memory.id, key="ui.theme")
 
-    episodes = await memory.list_episodes(resource, limit=5)
-    await memory.delete_episode(resource, episodes[0].id)
-    await memory.delete_fact(resource, loose.memory.id)
+    episodes = await memory.list(resource, MemoryFilter(kind="episode", limit=5))
+    await memory.delete(resource, episodes[0].id, kind="episode")
+    await memory.delete(resource, loose.memory.id, kind="fact")
     await memory.cleanup(resource, kind="episode", older_than=now - timedelta(days=1))
     await memory.recall(resource, "tomatoes gardening")  # access bookkeeping only
     await assert_statistics_exact(memory, resource, other_resource)

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 import popagent
+from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.tenant import bypass, current_tenant, serving
@@ -122,7 +123,7 @@ async def test_a_mismatched_setting_sees_and_changes_nothing_of_the_other_resour
         seen = await _counts(memory, tables, resource)
         assert {t: n for t, n in seen.items() if n != (0, 0)} == {}
         # The library's own statements, asked for the other resource by name.
-        assert await memory.list_facts(resource) == []
+        assert await memory.list(resource, MemoryFilter(kind="fact")) == []
         assert await memory.recall(resource, "green tea") == []
         with pytest.raises(popagent.NotFoundError):
             await memory.get(resource, fact_id)
@@ -143,7 +144,9 @@ async def test_a_mismatched_setting_sees_and_changes_nothing_of_the_other_resour
             assert (await cur.fetchone()) == {"u": "popagent_tenant"}
         # Its own resource works as usual.
         await memory.remember(other_resource, "Likes hiking")
-        assert [f.content for f in await memory.list_facts(other_resource)] == ["Likes hiking"]
+        assert [
+            f.content for f in await memory.list(other_resource, MemoryFilter(kind="fact"))
+        ] == ["Likes hiking"]
         with bypass("test: the owner sees every resource"):
             assert (await memory.get(resource, fact_id)).id == fact_id
 
@@ -177,7 +180,7 @@ async def test_the_same_setting_sees_its_own_rows(
     fact_id = await _fill(memory, resource)
     with serving(resource):
         assert (await memory.get(resource, fact_id)).id == fact_id
-        assert len(await memory.list_facts(resource)) == 2
+        assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 2
         results = await memory.recall(resource, "green tea")
         assert results and "green tea" in results[0].memory.content
         assert [s.session_id for s in await ThreadStore(memory.pool).list_sessions(resource)] == [

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 import popagent
+from popagent.defaults import SECRET_KEY_ENV, SECRET_KEY_FILE_ENV
 from popagent.errors import NotFoundError, ValidationError
 from popagent.secrets import (
-    KEY_ENV,
-    KEY_FILE_ENV,
     SecretCipher,
     SecretDecryptError,
     SecretKeyError,
@@ -312,16 +311,16 @@ def test_key_id_is_a_short_fingerprint_and_repr_hides_the_key() -> None:
 
 def test_key_from_environment() -> None:
     key = generate_key()
-    from_env = load_cipher({KEY_ENV: key})
+    from_env = load_cipher({SECRET_KEY_ENV: key})
     assert from_env.key_id == SecretCipher.from_text(key).key_id
     # Unpadded text and surrounding whitespace are accepted too.
-    assert load_cipher({KEY_ENV: f" {key.rstrip('=')}\n"}).key_id == from_env.key_id
+    assert load_cipher({SECRET_KEY_ENV: f" {key.rstrip('=')}\n"}).key_id == from_env.key_id
 
 
 def test_environment_key_wins_over_files(tmp_path: Path) -> None:
     key = generate_key()
     cipher = load_cipher(
-        {KEY_ENV: key, KEY_FILE_ENV: str(tmp_path / "missing")},
+        {SECRET_KEY_ENV: key, SECRET_KEY_FILE_ENV: str(tmp_path / "missing")},
         default_key_file=tmp_path / "default.key",
     )
     assert cipher.key_id == SecretCipher.from_text(key).key_id
@@ -330,8 +329,8 @@ def test_environment_key_wins_over_files(tmp_path: Path) -> None:
 
 def test_malformed_environment_key_is_refused_without_echoing_it() -> None:
     bad = generate_key()[:40]
-    with pytest.raises(SecretKeyError, match=KEY_ENV) as info:
-        load_cipher({KEY_ENV: bad})
+    with pytest.raises(SecretKeyError, match=SECRET_KEY_ENV) as info:
+        load_cipher({SECRET_KEY_ENV: bad})
     assert bad not in str(info.value)
 
 
@@ -340,14 +339,14 @@ def test_key_from_key_file(tmp_path: Path) -> None:
     path = tmp_path / "secret.key"
     path.write_text(key + "\n")
     path.chmod(0o600)
-    cipher = load_cipher({KEY_FILE_ENV: str(path)}, default_key_file=tmp_path / "unused.key")
+    cipher = load_cipher({SECRET_KEY_FILE_ENV: str(path)}, default_key_file=tmp_path / "unused.key")
     assert cipher.key_id == SecretCipher.from_text(key).key_id
     assert not (tmp_path / "unused.key").exists()
 
 
 def test_missing_key_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SecretKeyError, match="does not exist"):
-        load_cipher({KEY_FILE_ENV: str(tmp_path / "missing.key")})
+        load_cipher({SECRET_KEY_FILE_ENV: str(tmp_path / "missing.key")})
 
 
 def test_default_key_file_is_created_private_and_reused(tmp_path: Path) -> None:
@@ -365,7 +364,7 @@ def test_a_key_file_others_can_read_is_refused(tmp_path: Path, mode: int, via: s
     path = tmp_path / "secret.key"
     path.write_text(generate_key())
     path.chmod(mode)
-    environ = {KEY_FILE_ENV: str(path)} if via == "env" else {}
+    environ = {SECRET_KEY_FILE_ENV: str(path)} if via == "env" else {}
     with pytest.raises(SecretKeyError, match=f"chmod 600 {path}"):
         load_cipher(environ, default_key_file=path)
 
@@ -374,12 +373,14 @@ def test_nothing_configured_says_how_to_configure() -> None:
     with pytest.raises(SecretKeyError) as info:
         load_cipher({})
     message = str(info.value)
-    assert KEY_ENV in message and KEY_FILE_ENV in message and "generate_key" in message
+    assert (
+        SECRET_KEY_ENV in message and SECRET_KEY_FILE_ENV in message and "generate_key" in message
+    )
 
 
 def test_empty_environment_values_count_as_unset(tmp_path: Path) -> None:
     path = tmp_path / "secret.key"
-    cipher = load_cipher({KEY_ENV: "", KEY_FILE_ENV: ""}, default_key_file=path)
+    cipher = load_cipher({SECRET_KEY_ENV: "", SECRET_KEY_FILE_ENV: ""}, default_key_file=path)
     assert path.exists() and cipher.key_id == load_cipher({}, default_key_file=path).key_id
 
 

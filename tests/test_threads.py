@@ -99,6 +99,6 @@ async def test_deleting_a_session_keeps_long_term_memory(
     await memory.remember(resource, "Likes green tea", key="drink.tea", session_id="s")
     await memory.retain_episode(resource, "s", "I like green tea", "Noted!")
     await threads.delete_session(resource, "s")
-    kept = await memory.list_memories(resource)
+    kept = await memory.list(resource)
     assert sorted(m.kind for m in kept) == ["episode", "fact"]
     assert await memory.recall(resource, "green tea")

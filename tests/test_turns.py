@@ -29,6 +29,7 @@ import popagent
 from popagent.cli import main
 from popagent.cli.sessions import history_lines
 from popagent.errors import NotFoundError, TurnFailedError
+from popagent.models import MemoryFilter
 from popagent.store.locks import session_turn_lock
 from popagent.store.threads import STALE_TURN_AFTER
 from tests.agent_support import AgentRig
@@ -76,7 +77,7 @@ async def test_a_completed_turn_holds_its_messages_and_one_episode(
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert {(m.turn_id, m.turn_status) for m in stored} == {(turn["turn_id"], "completed")}
     assert stored[-1].content == "Noted: bees."
-    episodes = await memory.list_episodes(resource, session_id="s")
+    episodes = await memory.list(resource, MemoryFilter(kind="episode", session_id="s"))
     assert [e.id for e in episodes] == [result.episode.id if result.episode else None]
     assert history_lines(stored, last_page=True) == [
         line for m in stored for line in popagent.cli.common.message_lines(m)
@@ -105,13 +106,13 @@ async def test_what_a_turn_writes_records_its_turn_messages_and_tool_call(
     (turn,) = await turns_of(memory, resource, "s")
     user, asked, _tool_1, _tool_2, answer = await threads.list_messages(resource, "s")
     assert [user.role, asked.role, answer.role] == ["user", "assistant", "assistant"]
-    facts = {f.key: f for f in await memory.list_facts(resource)}
+    facts = {f.key: f for f in await memory.list(resource, MemoryFilter(kind="fact"))}
     for key, call_id in (("hobby", "call_0"), (None, "call_1")):
         fact = facts[key]
         assert (fact.origin, fact.session_id, fact.turn_id) == ("agent", "s", turn["turn_id"])
         assert (fact.message_ids, fact.tool_call_id) == ((user.id, asked.id), call_id)
     assert result.episode is not None
-    (episode,) = await memory.list_episodes(resource)
+    (episode,) = await memory.list(resource, MemoryFilter(kind="episode"))
     assert episode.id == result.episode.id
     assert (episode.origin, episode.turn_id, episode.tool_call_id) == (
         "turn",
@@ -126,7 +127,7 @@ async def test_what_a_turn_writes_records_its_turn_messages_and_tool_call(
     )
     await agent.run_turn(resource, "s", "Actually wasps.")
     second = (await turns_of(memory, resource, "s"))[1]
-    updated = (await memory.list_facts(resource, key="hobby"))[0]
+    updated = (await memory.list(resource, MemoryFilter(kind="fact", key="hobby")))[0]
     assert (updated.turn_id, updated.version) == (second["turn_id"], 2)
     (before,) = await memory.fact_history(resource, updated.id)
     assert (before.origin, before.turn_id, before.message_ids, before.tool_call_id) == (
@@ -150,7 +151,7 @@ async def test_a_failed_model_call_marks_the_turn_failed_and_stores_no_episode(
     assert turn["status"] == "failed" and turn["ended_at"] is not None
     (message,) = await threads.list_messages(resource, "s")
     assert (message.role, message.turn_status) == ("user", "failed")
-    assert await memory.list_episodes(resource, session_id="s") == []
+    assert await memory.list(resource, MemoryFilter(kind="episode", session_id="s")) == []
     marker = history_lines([message], last_page=True)[-1]
     assert f"turn {turn['turn_id']} failed before its reply" in marker
 
@@ -177,7 +178,7 @@ async def test_a_turn_cancelled_mid_model_call_is_interrupted_without_episode(
     assert turn["status"] == "interrupted"
     (message,) = await threads.list_messages(resource, "s")
     assert message.turn_status == "interrupted"
-    assert await memory.list_episodes(resource, session_id="s") == []
+    assert await memory.list(resource, MemoryFilter(kind="episode", session_id="s")) == []
 
 
 async def test_a_new_turn_marks_a_running_one_interrupted_and_old_ones_read_so(
@@ -238,7 +239,7 @@ async def test_a_turn_whose_session_goes_away_stores_no_episode(
     await threads.delete_session(resource, "gone")
     with pytest.raises(NotFoundError):
         await task
-    assert await memory.list_episodes(resource, session_id="gone") == []
+    assert await memory.list(resource, MemoryFilter(kind="episode", session_id="gone")) == []
 
 
 # --- real processes killed mid-turn ------------------------------------------------------

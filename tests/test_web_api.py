@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 import popagent
 from popagent.memory.render import render
-from popagent.models import Provenance, RecallPreview
+from popagent.models import MemoryFilter, Provenance, RecallPreview
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.api.recall import recall_json
@@ -51,7 +51,7 @@ async def test_fact_lifecycle(
         0.8,
         resource,
     )
-    assert (await memory.get_fact(resource, fact["id"])).content == "Prefers dark mode"
+    assert (await memory.get(resource, fact["id"], kind="fact")).content == "Prefers dark mode"
 
     read = await api.get(f"/api/facts/{fact['id']}")
     assert read.json()["content"] == "Prefers dark mode"
@@ -252,7 +252,7 @@ async def test_recall_preview_explains_and_renders(
     assert body["rendered"] == expected
     assert body["rendered"].startswith(popagent.HEADER)
     # The preview is not a use; only the library recall above counted as one.
-    assert [m.access_count for m in await memory.list_memories(resource)] == [1, 1]
+    assert [m.access_count for m in await memory.list(resource)] == [1, 1]
 
 
 async def test_recall_preview_writes_what_its_response_model_would(
@@ -337,8 +337,10 @@ async def test_maintenance_now_covers_this_resource_only(
     report = await api.post("/api/maintenance")
     assert report.status_code == 200
     assert report.json() == {"expired_episodes": 1, "capped_episodes": 0, "expired_facts": 0}
-    assert [m.kind for m in await memory.list_memories(resource)] == ["fact"]
-    assert len(await memory.list_episodes(other_resource)) == 1  # the schedule's job, not ours
+    assert [m.kind for m in await memory.list(resource)] == ["fact"]
+    assert (
+        len(await memory.list(other_resource, MemoryFilter(kind="episode"))) == 1
+    )  # the schedule's job, not ours
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -453,7 +455,7 @@ async def test_routes_never_reach_another_resource(
     assert (await api.post("/api/cleanup", json={"confirm": True})).json() == {"deleted": 0}
     assert (await api.get("/api/sessions/s9")).status_code == 404
     assert (
-        await memory.get_fact(other_resource, theirs.id)
+        await memory.get(other_resource, theirs.id, kind="fact")
     ).content == "Someone else's secret garden"
     assert await count_rows(memory, other_resource) == 2
 

@@ -62,7 +62,7 @@ async def test_api_writes_record_origin_api(
     fact = await create(api, content="Prefers tea", key="drink")
     assert (fact["origin"], fact["version"], fact["expires_at"]) == ("api", 1, None)
     assert (fact["turn_id"], fact["message_ids"], fact["tool_call_id"]) == (None, [], None)
-    assert (await memory.get_fact(resource, fact["id"])).origin == "api"
+    assert (await memory.get(resource, fact["id"], kind="fact")).origin == "api"
     changed = (
         await api.patch(f"/api/facts/{fact['id']}", json={"content": "Prefers coffee"})
     ).json()
@@ -116,7 +116,7 @@ async def test_expires_at_on_create_and_update(
     assert changed.json()["version"] == 2
     cleared = (await api.patch(f"/api/facts/{fact['id']}", json={"expires_at": None})).json()
     assert (cleared["expires_at"], cleared["version"]) == (None, 3)
-    assert (await memory.get_fact(resource, fact["id"])).expires_at is None
+    assert (await memory.get(resource, fact["id"], kind="fact")).expires_at is None
     versions = (await api.get(f"/api/facts/{fact['id']}/versions")).json()["versions"]
     assert [datetime.fromisoformat(v["expires_at"]) for v in versions] == [moved, when]
 
@@ -387,7 +387,7 @@ async def test_session_writes_and_revert(
     new = (
         await memory.remember(resource, "Learns Finnish", session_id="s1", provenance=agent)
     ).memory
-    await memory.delete_fact(resource, doomed["id"], origin="agent", session_id="s1")
+    await memory.delete(resource, doomed["id"], kind="fact", origin="agent", session_id="s1")
     episode = await memory.retain_episode(
         resource, "s1", "I moved", "Noted", provenance=Provenance(origin="turn")
     )

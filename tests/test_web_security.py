@@ -30,6 +30,7 @@ import pytest
 import popagent
 from popagent.access import AllowedHosts, parse_allowed_hosts, split_host
 from popagent.errors import ValidationError
+from popagent.models import MemoryFilter
 from popagent.store.embedded import EmbeddedServer
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
@@ -220,7 +221,7 @@ async def test_loopback_names_and_allowed_hosts_are_served(
                 )
                 assert refused.status_code == 403, origin
                 assert_error_body(refused, "forbidden", None)
-    contents = sorted(m.content for m in await memory.list_facts(resource))
+    contents = sorted(m.content for m in await memory.list(resource, MemoryFilter(kind="fact")))
     assert contents == ["From the localhost tab", "Through the proxy"]
 
 
@@ -462,7 +463,9 @@ async def test_a_body_shorter_than_its_length_gets_408_quickly(
             port, request_bytes("POST", "/api/facts", f"127.0.0.1:{port}", whole)
         )
         assert status == 201
-    assert [m.content for m in await memory.list_facts(resource)] == ["Whole body"]
+    assert [m.content for m in await memory.list(resource, MemoryFilter(kind="fact"))] == [
+        "Whole body"
+    ]
 
 
 # --- 8. startup failures ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ import popagent
 from popagent.cli import main
 from popagent.client.errors import error_from_body
 from popagent.errors import DatabaseBusyError, ServerBusyError
+from popagent.models import MemoryFilter
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.scheduler import SCHEDULE_LOCK_ID, MaintenanceScheduler
@@ -90,7 +91,7 @@ async def test_chat_turn_over_http_whole_and_streamed(
     stored = await ThreadStore(memory.pool).list_messages(resource, "chat-a")
     assert [m.role for m in stored][:4] == ["user", "assistant", "user", "assistant"]
     assert stored[-1].content == "again"  # the failed turn's message stays; no episode for it
-    episodes = await memory.list_episodes(resource, session_id="chat-a")
+    episodes = await memory.list(resource, MemoryFilter(kind="episode", session_id="chat-a"))
     assert len(episodes) == 2
 
 
@@ -183,7 +184,7 @@ async def test_scheduled_maintenance_runs_and_never_twice_at_once(
         assert await second.run_once() is None
         assert str(second.state().last_outcome).startswith("skipped")
         await holder.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK_ID,))
-    assert len(await memory.list_episodes(resource)) == 1
+    assert len(await memory.list(resource, MemoryFilter(kind="episode"))) == 1
 
     first.start()
     for _ in range(500):  # the first run is due at once; allow it 10 s
@@ -194,7 +195,7 @@ async def test_scheduled_maintenance_runs_and_never_twice_at_once(
     state = first.state()
     assert state.last_outcome == "ran" and state.last_report is not None
     assert state.last_report.expired_episodes >= 1
-    assert await memory.list_episodes(resource) == []
+    assert await memory.list(resource, MemoryFilter(kind="episode")) == []
 
     # Two schedulers at once: the lock lets exactly one of them run.
     reports = await asyncio.gather(

@@ -1,9 +1,8 @@
 """Defaults every surface shares, and the one table of popagent's environment variables.
 
 The default resource, host and ports are defined here once; the server
-(``popagent.web.config``), the command line (``popagent.cli.common``), the MCP
-transport and the HTTP client take them from here (and re-export them under
-their old names).
+(``popagent.web.config``), the command line, the MCP transport and the HTTP
+client import them from here under these names.
 
 ``ENV_VARS`` lists every ``POPAGENT_*`` variable the code reads, with what it
 means and its default. Code that reads one takes its name from the constant

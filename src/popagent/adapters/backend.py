@@ -17,8 +17,9 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins  # ``list`` names a method in the class bodies below
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -48,13 +49,19 @@ class MemoryBackend(Protocol):
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]: ...
 
-    async def list_facts(
-        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
-    ) -> list[Memory]: ...
+    async def list(self, where: MemoryFilter) -> builtins.list[Memory]:
+        """The facts ``where`` selects, newest first (a backend holds facts: ``where.kind``
+        is taken as ``"fact"``)."""
+        ...
 
-    async def get_fact(self, id: int) -> Memory: ...
+    async def get(self, id: int) -> Memory:
+        """Fact ``id``; ``NotFoundError`` when there is none."""
+        ...
 
-    async def delete_fact(self, id: int) -> None: ...
+    async def delete(self, id: int) -> None:
+        """Delete fact ``id`` (its last value stays in its history); ``NotFoundError``
+        when there is none."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +95,13 @@ class LocalBackend:
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]:
         return await self.memory.recall(self.resource_id, query, limit=limit)
 
-    async def list_facts(
-        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
-    ) -> list[Memory]:
-        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        return await self.memory.list(self.resource_id, where)
+    async def list(self, where: MemoryFilter) -> builtins.list[Memory]:
+        return await self.memory.list(self.resource_id, replace(where, kind="fact"))
 
-    async def get_fact(self, id: int) -> Memory:
+    async def get(self, id: int) -> Memory:
         return await self.memory.get(self.resource_id, id, kind="fact")
 
-    async def delete_fact(self, id: int) -> None:
+    async def delete(self, id: int) -> None:
         await self.memory.delete(self.resource_id, id, kind="fact")
 
 

@@ -124,7 +124,7 @@ from ..memory.validation import (
     normalize_fact_content,
     normalize_key,
 )
-from ..models import Memory
+from ..models import Memory, MemoryFilter
 from .backend import MemoryBackend
 from .langchain import memory_tools
 from .toolkit import LoopBridge, MemoryToolkit, as_backend
@@ -142,7 +142,7 @@ __all__ = [
 DEFAULT_PREFIX = "langgraph:"
 SCAN_LIMIT = 100_000
 DIGEST_CHARS = 40
-#: Facts per ``list_facts`` page while scanning (popagent's list cap).
+#: Facts per ``MemoryBackend.list`` page while scanning (popagent's list cap).
 PAGE = 1_000
 #: Recall's own cap on ``limit``.
 RECALL_CAP = 1_000
@@ -789,7 +789,8 @@ class PopagentStore(BaseStore):
     async def _fact(
         self, namespace: tuple[str, ...], key: str
     ) -> tuple[Memory, dict[str, Any]] | None:
-        facts = await self.backend.list_facts(key=fact_key(self.prefix, namespace, key), limit=1)
+        where = MemoryFilter(kind="fact", key=fact_key(self.prefix, namespace, key), limit=1)
+        facts = await self.backend.list(where)
         for memory in facts:
             decoded = decode_fact(self.prefix, memory)
             if decoded is not None and decoded[0] == namespace and decoded[1] == key:
@@ -820,7 +821,7 @@ class PopagentStore(BaseStore):
         if found is None:
             return
         with contextlib.suppress(NotFoundError):  # deleted meanwhile: the outcome asked for
-            await self.backend.delete_fact(found[0].id)
+            await self.backend.delete(found[0].id)
 
     async def _scan_once(self, namespace_prefix: tuple[str, ...], scans: _Scans) -> list[_Found]:
         """``_scan`` made once per batch for every read that needs it."""
@@ -842,8 +843,9 @@ class PopagentStore(BaseStore):
                     f"listing would read more than {self.scan_limit} facts of this resource; "
                     "search with a query, narrow the namespace, or raise scan_limit",
                 )
-            page = await self.backend.list_facts(
-                text=pattern, limit=min(PAGE, self.scan_limit - offset), offset=offset
+            limit = min(PAGE, self.scan_limit - offset)
+            page = await self.backend.list(
+                MemoryFilter(kind="fact", text=pattern, limit=limit, offset=offset)
             )
             for memory in page:
                 decoded = decode_fact(self.prefix, memory)

@@ -22,17 +22,10 @@ from .hooks import (
     ToolCallEnd,
     ToolCallStart,
 )
-from .observational import (
-    OBSERVATIONS_LABEL,
-    ObservationalHistory,
-    ReadHistoryTool,
-    render_observations,
-)
-from .prompt import assemble_prompt
+from .observational import OBSERVATIONS_LABEL, ObservationalHistory, ReadHistoryTool
 from .remember import RememberTool
 from .runner import ToolRunner
 from .scrubber import SecretScrubber
-from .secret_tools import DeleteSecretTool, ListSecretsTool, SetSecretTool, secret_tools
 from .tools import ConditionalTool, Tool, ToolContext, ToolOutcome, check_arguments
 from .turn import Agent, ToolCallRecord, TurnResult, TurnTimings
 
@@ -43,12 +36,10 @@ __all__ = [
     "AuditHook",
     "AuditLog",
     "ConditionalTool",
-    "DeleteSecretTool",
     "HistoryRequest",
     "HistorySource",
     "Hook",
     "HookSet",
-    "ListSecretsTool",
     "ModelCallEnd",
     "ModelCallStart",
     "ObservationalHistory",
@@ -56,7 +47,6 @@ __all__ = [
     "RecentMessages",
     "RememberTool",
     "SecretScrubber",
-    "SetSecretTool",
     "Tool",
     "ToolCallEnd",
     "ToolCallRecord",
@@ -66,10 +56,7 @@ __all__ = [
     "ToolRunner",
     "TurnResult",
     "TurnTimings",
-    "assemble_prompt",
     "build_agent",
     "check_arguments",
-    "render_observations",
-    "secret_tools",
     "to_chat_messages",
 ]

@@ -24,19 +24,18 @@ import click
 from ..access import load_token, require_token_for
 from ..checks import check_id
 from ..connection import connect
-from ..defaults import DEFAULT_HOST, TOKEN_FILE_ENV
-from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
+from ..defaults import DEFAULT_HOST, DEFAULT_MCP_PORT, TOKEN_FILE_ENV
 from ..embed import configured_embedder
 from .common import LimitFlags, Settings, exit_codes, limit_options
 
 if TYPE_CHECKING:
     from ..keys import Limits
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
+__all__ = ["mcp_command"]
 
 # ``popagent.mcp`` (the SDK, uvicorn) is imported when the command runs, not when
 # the CLI starts: it would add a second to every other command. The defaults come
-# from ``popagent.defaults``, as ``popagent.mcp``'s do.
+# from ``popagent.defaults``.
 
 
 @click.command("mcp")
@@ -51,7 +50,7 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "mcp_command"]
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
-    default=DEFAULT_PORT,
+    default=DEFAULT_MCP_PORT,
     show_default=True,
     help="HTTP: port to bind (0: a free one, printed on stderr).",
 )

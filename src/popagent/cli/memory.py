@@ -7,15 +7,19 @@ with ``facts restore``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import fields
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import NotFoundError
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
-from ..models import FactVersion, Memory, MemoryFilter, Provenance
+from ..memory.validation import filter_from
+from ..models import FactVersion, Kind, Memory, MemoryFilter, Provenance
 from .common import (
     Settings,
     emit_json,
@@ -45,6 +49,40 @@ _EXPIRES_HELP = (
     "When the fact stops being true (ISO 8601; a time without a zone is UTC). "
     "After it the fact is never recalled, and maintenance removes it."
 )
+
+
+_FILTER_DEFAULTS = {f.name: f.default for f in fields(MemoryFilter)}
+#: The option of each ``MemoryFilter`` field a list command may take.
+_FILTER_OPTIONS = {
+    "key": click.option("--key"),
+    "session_id": click.option("--session-id"),
+    "text": click.option("--text", help="Case-insensitive substring."),
+    "limit": click.option(
+        "--limit", type=int, default=_FILTER_DEFAULTS["limit"], show_default=True
+    ),
+    "offset": click.option(
+        "--offset", type=click.IntRange(0, OFFSET_MAX), default=_FILTER_DEFAULTS["offset"]
+    ),
+}
+
+
+def _filter_options(
+    kind: Kind, *names: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The options of these ``MemoryFilter`` fields, in this order; the command gets
+    them as one ``where`` of ``kind``."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def with_filter(*args: Any, **options: Any) -> None:
+            where = filter_from({name: options.pop(name) for name in names}, kind=kind)
+            command(*args, where=where, **options)
+
+        for name in reversed(names):  # click lists options in the order they are declared
+            with_filter = _FILTER_OPTIONS[name](with_filter)
+        return with_filter
+
+    return decorate
 
 
 def _expires_at(value: str | None) -> datetime | None:
@@ -185,22 +223,11 @@ def facts() -> None:
 
 
 @facts.command("list")
-@click.option("--key")
-@click.option("--text", help="Case-insensitive substring.")
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(0, OFFSET_MAX), default=0)
+@_filter_options("fact", "key", "text", "limit", "offset")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def facts_list(
-    ctx: click.Context, key: str | None, text: str | None, limit: int, offset: int, as_json: bool
-) -> None:
-    rows = run(
-        ctx,
-        lambda m, r: m.list(
-            r, MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        ),
-    )
-    print_memories(rows, as_json)
+def facts_list(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
+    print_memories(run(ctx, lambda m, r: m.list(r, where)), as_json)
 
 
 @facts.command("show")
@@ -387,30 +414,11 @@ def episodes() -> None:
 
 
 @episodes.command("list")
-@click.option("--session-id")
-@click.option("--text", help="Case-insensitive substring.")
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(0, OFFSET_MAX), default=0)
+@_filter_options("episode", "session_id", "text", "limit", "offset")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def episodes_list(
-    ctx: click.Context,
-    session_id: str | None,
-    text: str | None,
-    limit: int,
-    offset: int,
-    as_json: bool,
-) -> None:
-    rows = run(
-        ctx,
-        lambda m, r: m.list(
-            r,
-            MemoryFilter(
-                kind="episode", session_id=session_id, text=text, limit=limit, offset=offset
-            ),
-        ),
-    )
-    print_memories(rows, as_json)
+def episodes_list(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
+    print_memories(run(ctx, lambda m, r: m.list(r, where)), as_json)
 
 
 @episodes.command("delete")

@@ -41,7 +41,6 @@ from ..models import (
     Settings,
     ToolCallSummary,
 )
-from ._base import DEFAULT_CHAT_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_URL, URL_ENV
 from .async_ import AsyncClient, apaged
 from .backend import RemoteBackend
 from .calls import UNSET, Unset
@@ -62,11 +61,7 @@ from .shapes import (
 from .sync import Client, paged
 
 __all__ = [
-    "DEFAULT_CHAT_TIMEOUT_S",
-    "DEFAULT_TIMEOUT_S",
-    "DEFAULT_URL",
     "UNSET",
-    "URL_ENV",
     "AsyncClient",
     "ChatDelta",
     "ChatReply",

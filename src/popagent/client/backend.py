@@ -20,9 +20,10 @@ Differences from ``LocalBackend``, both from what the HTTP API offers today:
 
 from __future__ import annotations
 
+import builtins  # ``list`` names a method of ``RemoteBackend``
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..errors import ConflictError
@@ -135,15 +136,12 @@ class RemoteBackend:
         preview = await self.client.recall(query, limit=limit)
         return list(preview.results)
 
-    async def list_facts(
-        self, *, key: str | None = None, text: str | None = None, limit: int = 50, offset: int = 0
-    ) -> list[Memory]:
-        where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        page = await self.client.list(where)
-        return list(page.items)
+    async def list(self, where: MemoryFilter) -> builtins.list[Memory]:
+        page = await self.client.list(replace(where, kind="fact"))
+        return builtins.list(page.items)
 
-    async def get_fact(self, id: int) -> Memory:
+    async def get(self, id: int) -> Memory:
         return await self.client.get_fact(id)
 
-    async def delete_fact(self, id: int) -> None:
+    async def delete(self, id: int) -> None:
         await self.client.delete_fact(id)

@@ -9,7 +9,7 @@ validates them and names the field at fault.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -115,22 +115,12 @@ def _query(**values: Any) -> dict[str, Any]:
 # --- memories, facts, episodes ---------------------------------------------------------------
 
 
-def filter_params(where: MemoryFilter, *, with_kind: bool = True) -> dict[str, Any]:
+def filter_params(where: MemoryFilter) -> dict[str, Any]:
     """The query parameters of a list: ``where``'s fields that are set, times in ISO 8601.
 
-    The one place a ``MemoryFilter`` becomes a query. ``with_kind=False`` leaves
-    ``kind`` out for ``/api/facts`` and ``/api/episodes``, whose kind is the route's.
+    The one place a ``MemoryFilter`` becomes a query: every field, by name.
     """
-    return _query(
-        kind=where.kind if with_kind else None,
-        key=where.key,
-        text=where.text,
-        session_id=where.session_id,
-        created_after=where.created_after,
-        created_before=where.created_before,
-        limit=where.limit,
-        offset=where.offset,
-    )
+    return _query(**{f.name: getattr(where, f.name) for f in fields(where)})
 
 
 def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
@@ -141,12 +131,6 @@ def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
 
 def get_memory(id: int) -> Call[Memory]:
     return Call("GET", f"/api/memories/{_seg(id)}", decoder(Memory))
-
-
-def list_facts(where: MemoryFilter) -> Call[Page[Memory]]:
-    """``GET /api/facts``: the route filters by ``key`` and ``text`` (its kind is fact)."""
-    params = filter_params(where, with_kind=False)
-    return Call("GET", "/api/facts", decoder(Page[Memory]), params=params)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -214,13 +198,6 @@ def fact_history(id: int) -> Call[FactHistory]:
 def restore_fact(id: int, version: int) -> Call[Memory]:
     path = f"/api/facts/{_seg(id)}/restore"
     return Call("POST", path, decoder(Memory), json={"version": version})
-
-
-def list_episodes(where: MemoryFilter) -> Call[Page[Memory]]:
-    """``GET /api/episodes``: the route filters by ``text``, ``session_id`` and creation
-    time (its kind is episode)."""
-    params = filter_params(where, with_kind=False)
-    return Call("GET", "/api/episodes", decoder(Page[Memory]), params=params)
 
 
 def get_episode(id: int) -> Call[Memory]:

@@ -27,12 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from popagent.defaults import MODEL_API_KEY_ENV as _ENV_API_KEY
-from popagent.defaults import MODEL_BASE_URL_ENV as _ENV_BASE_URL
-from popagent.defaults import MODEL_ENV as _ENV_MODEL
-from popagent.defaults import MODEL_MAX_RETRIES_ENV as _ENV_MAX_RETRIES
-from popagent.defaults import MODEL_TIMEOUT_ENV as _ENV_TIMEOUT
-from popagent.defaults import OPENAI_API_KEY_ENV as _ENV_OPENAI_API_KEY
+from popagent.defaults import (
+    MODEL_API_KEY_ENV,
+    MODEL_BASE_URL_ENV,
+    MODEL_ENV,
+    MODEL_MAX_RETRIES_ENV,
+    MODEL_TIMEOUT_ENV,
+    OPENAI_API_KEY_ENV,
+)
 from popagent.errors import ValidationError
 
 __all__ = ["DEFAULT_BASE_URL", "ModelSettings"]
@@ -116,15 +118,17 @@ class ModelSettings:
             value = environ.get(name, "").strip()
             return value or None
 
-        base_url = get(_ENV_BASE_URL)
-        model = get(_ENV_MODEL)
+        base_url = get(MODEL_BASE_URL_ENV)
+        model = get(MODEL_ENV)
         if base_url is None and model is None:
             return None
         if model is None:
-            raise ValidationError(_ENV_MODEL, f"must name the model when {_ENV_BASE_URL} is set")
-        api_key = get(_ENV_API_KEY) or get(_ENV_OPENAI_API_KEY)
-        timeout_s = _seconds(_ENV_TIMEOUT, get(_ENV_TIMEOUT), default=60.0)
-        max_retries = _count(_ENV_MAX_RETRIES, get(_ENV_MAX_RETRIES), default=3)
+            raise ValidationError(
+                MODEL_ENV, f"must name the model when {MODEL_BASE_URL_ENV} is set"
+            )
+        api_key = get(MODEL_API_KEY_ENV) or get(OPENAI_API_KEY_ENV)
+        timeout_s = _seconds(MODEL_TIMEOUT_ENV, get(MODEL_TIMEOUT_ENV), default=60.0)
+        max_retries = _count(MODEL_MAX_RETRIES_ENV, get(MODEL_MAX_RETRIES_ENV), default=3)
         try:
             return cls(
                 base_url=(base_url or DEFAULT_BASE_URL).rstrip("/"),
@@ -136,7 +140,7 @@ class ModelSettings:
         except ValidationError as exc:
             # Name the variable the user set, not the dataclass field.
             if exc.field == "base_url":
-                raise ValidationError(_ENV_BASE_URL, exc.message) from None
+                raise ValidationError(MODEL_BASE_URL_ENV, exc.message) from None
             raise
 
 

@@ -16,8 +16,6 @@ audit), ``transport`` (stdio, streamable HTTP). Imports point downward: this pac
 from .guidance import SERVER_INSTRUCTIONS
 from .server import SESSION_PREFIX, MemoryServer, memory_tools
 from .transport import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
     MCP_PATH,
     bind,
     http_app,
@@ -27,8 +25,6 @@ from .transport import (
 )
 
 __all__ = [
-    "DEFAULT_HOST",
-    "DEFAULT_PORT",
     "MCP_PATH",
     "SERVER_INSTRUCTIONS",
     "SESSION_PREFIX",

@@ -18,8 +18,7 @@ from typing import Any
 
 from ..agent.tools import ToolContext, ToolOutcome
 from ..llm.protocol import ToolSpec
-from ..memory.validation import QUERY_CAP
-from ..models import MemoryFilter
+from ..memory.validation import QUERY_CAP, filter_from
 from .shapes import (
     EPISODE_SUMMARY_SCHEMA,
     ID_MAX,
@@ -111,12 +110,7 @@ class ListEpisodesTool:
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        where = MemoryFilter(
-            kind="episode",
-            text=arguments.get("text"),
-            limit=arguments.get("limit", EPISODE_LIST_DEFAULT),
-            offset=arguments.get("offset", 0),
-        )
+        where = filter_from({**arguments, "kind": "episode"}, limit=EPISODE_LIST_DEFAULT)
         episodes = await ctx.memory.list(ctx.resource_id, where)
         self._slot.value = {"episodes": [episode_summary_json(m) for m in episodes]}
         if not episodes:

@@ -30,7 +30,7 @@ from ..agent.tools import Tool, ToolContext, ToolOutcome
 from ..errors import NotFoundError
 from ..llm.protocol import ToolSpec
 from ..memory.render import render
-from ..memory.validation import KEY_CAP, QUERY_CAP, normalize_key
+from ..memory.validation import KEY_CAP, QUERY_CAP, filter_from, normalize_key
 from ..models import FactVersion, Memory, MemoryFilter
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
@@ -292,13 +292,7 @@ class ListFactsTool:
         )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        where = MemoryFilter(
-            kind="fact",
-            key=arguments.get("key"),
-            text=arguments.get("text"),
-            limit=arguments.get("limit", LIST_LIMIT_DEFAULT),
-            offset=arguments.get("offset", 0),
-        )
+        where = filter_from({**arguments, "kind": "fact"}, limit=LIST_LIMIT_DEFAULT)
         facts = await ctx.memory.list(ctx.resource_id, where)
         self._slot.value = {"facts": [memory_json(m) for m in facts]}
         if not facts:

@@ -37,16 +37,12 @@ from ..access import (
     send_rate_limited,
     send_unauthorized,
 )
-from ..defaults import DEFAULT_HOST
-from ..defaults import DEFAULT_MCP_PORT as DEFAULT_PORT
 from ..keys import KeyStore, Limits, pace_refusal
 from ..store.tenant import serving
 from .lines import LineScreen, claimed_stdin
 from .server import MemoryServer
 
 __all__ = [
-    "DEFAULT_HOST",
-    "DEFAULT_PORT",
     "MCP_PATH",
     "KeyGate",
     "bind",

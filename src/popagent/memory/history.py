@@ -38,8 +38,8 @@ class FactHistory(MemoryBase):
 
     async def fact_history(self, resource_id: str, id: int) -> list[FactVersion]:
         """The earlier values of fact ``id``, newest first; the current value is
-        ``get_fact``'s. ``NotFoundError`` when the resource never had that fact
-        (or it was purged)."""
+        ``get(resource_id, id, kind="fact")``'s. ``NotFoundError`` when the resource
+        never had that fact (or it was purged)."""
         resource_id = check_id("resource_id", resource_id)
         id = check_memory_id(id)
         async with self._pool.connection() as conn:

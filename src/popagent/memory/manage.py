@@ -105,10 +105,7 @@ class Management(MemoryBase):
     holds no state of its own.
 
     Reading and deleting is one call per verb for either kind: ``list`` (with a
-    ``MemoryFilter``), ``get`` and ``delete`` (with an optional ``kind``). The
-    per-kind names (``list_facts``, ``get_fact``, ``delete_fact``, ``list_episodes``,
-    ``get_episode``, ``delete_episode``, ``list_memories``) are kept for
-    compatibility as one-line wrappers over them.
+    ``MemoryFilter``), ``get`` and ``delete`` (with an optional ``kind``).
     """
 
     # --- retention ------------------------------------------------------------------------
@@ -299,25 +296,6 @@ class Management(MemoryBase):
 
     # --- facts ----------------------------------------------------------------------------
 
-    async def list_facts(
-        self,
-        resource_id: str,
-        *,
-        key: str | None = None,
-        text: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> builtins.list[Memory]:
-        """Facts of this resource, newest first; filter by exact ``key`` or substring ``text``.
-        Kept for compatibility: ``list(resource_id, MemoryFilter(kind="fact", ...))``."""
-        return await self.list(
-            resource_id, MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
-        )
-
-    async def get_fact(self, resource_id: str, id: int) -> Memory:
-        """Kept for compatibility: ``get(resource_id, id, kind="fact")``."""
-        return await self.get(resource_id, id, kind="fact")
-
     async def create_fact(
         self,
         resource_id: str,
@@ -412,88 +390,7 @@ class Management(MemoryBase):
             self._vectors_pending(resource_id)
         return updated
 
-    async def delete_fact(
-        self,
-        resource_id: str,
-        id: int,
-        *,
-        purge: bool = False,
-        origin: str = "library",
-        session_id: str | None = None,
-    ) -> None:
-        """Delete fact ``id``. Its last value stays in its history (readable with
-        ``fact_history``, restorable) unless ``purge``, which removes every version too.
-        Kept for compatibility: ``delete(resource_id, id, kind="fact", ...)``."""
-        await self.delete(
-            resource_id, id, kind="fact", purge=purge, origin=origin, session_id=session_id
-        )
-
-    # --- episodes -------------------------------------------------------------------------
-
-    async def list_episodes(
-        self,
-        resource_id: str,
-        *,
-        session_id: str | None = None,
-        text: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> builtins.list[Memory]:
-        """Episodes of this resource, newest first. Episodes are immutable: there is no update.
-        Kept for compatibility: ``list(resource_id, MemoryFilter(kind="episode", ...))``."""
-        return await self.list(
-            resource_id,
-            MemoryFilter(
-                kind="episode",
-                session_id=session_id,
-                text=text,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                offset=offset,
-            ),
-        )
-
-    async def get_episode(self, resource_id: str, id: int) -> Memory:
-        """Kept for compatibility: ``get(resource_id, id, kind="episode")``."""
-        return await self.get(resource_id, id, kind="episode")
-
-    async def delete_episode(self, resource_id: str, id: int) -> None:
-        """Kept for compatibility: ``delete(resource_id, id, kind="episode")``."""
-        await self.delete(resource_id, id, kind="episode")
-
     # --- any kind -------------------------------------------------------------------------
-
-    async def list_memories(
-        self,
-        resource_id: str,
-        *,
-        kind: Kind | None = None,
-        key: str | None = None,
-        session_id: str | None = None,
-        text: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> builtins.list[Memory]:
-        """Facts and episodes together, newest first, with every filter.
-        Kept for compatibility: ``list(resource_id, MemoryFilter(...))``."""
-        return await self.list(
-            resource_id,
-            MemoryFilter(
-                kind=kind,
-                key=key,
-                session_id=session_id,
-                text=text,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                offset=offset,
-            ),
-        )
 
     async def list(
         self, resource_id: str, where: MemoryFilter | None = None

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from ..checks import (
     ID_CAP,
@@ -30,6 +32,7 @@ from ..models import ORIGINS, Kind, MemoryFilter, Provenance
 __all__ = [
     "ASSISTANT_TEXT_CAP",
     "FACT_CONTENT_CAP",
+    "FILTER_FIELDS",
     "ID_CAP",
     "KEY_CAP",
     "LIST_LIMIT_CAP",
@@ -48,6 +51,7 @@ __all__ = [
     "check_query",
     "check_text",
     "episode_content",
+    "filter_from",
     "normalize_fact_content",
     "normalize_key",
     "truncation_marker",
@@ -243,6 +247,20 @@ def check_offset(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationError("offset", "must be an integer >= 0")
     return value
+
+
+#: ``MemoryFilter``'s fields, in order: what a surface's list options, query parameters
+#: or tool arguments are read from (``filter_from``), never spelled out again.
+FILTER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MemoryFilter))
+
+
+def filter_from(values: Mapping[str, Any], **defaults: Any) -> MemoryFilter:
+    """The ``MemoryFilter`` of ``values``' entries that name one of its fields (other
+    entries are ignored; an entry given as ``None`` is ``None``). A field ``values``
+    lacks takes ``defaults``' value (a route's ``kind``, a tool's ``limit``), else the
+    dataclass default. Built as given: ``check_filter`` checks it."""
+    given = {name: values[name] for name in FILTER_FIELDS if name in values}
+    return MemoryFilter(**{**defaults, **given})
 
 
 def check_filter(value: object) -> MemoryFilter:

@@ -18,7 +18,6 @@ from .retrieval import UNTRUSTED_LABEL, HistoryPage, read_history
 from .settings import SETTINGS, MemorySettings, Setting
 from .settings_store import MemorySettingsStore, StoredSettings
 from .snapshot import ExecutionSnapshot, auto_idle_seconds, execution_snapshot
-from .state import ObservationState, read_state
 
 __all__ = [
     "MAX_REFLECTION_ATTEMPTS",
@@ -29,7 +28,6 @@ __all__ = [
     "MemorySettings",
     "MemorySettingsStore",
     "ObservationFailed",
-    "ObservationState",
     "ObservationalMemory",
     "ObservedContext",
     "Reflection",
@@ -38,5 +36,4 @@ __all__ = [
     "auto_idle_seconds",
     "execution_snapshot",
     "read_history",
-    "read_state",
 ]

@@ -14,8 +14,8 @@ Layering: this package sits above ``memory``, ``threads`` and ``observe``
 from __future__ import annotations
 
 from .exporter import export_resource
-from .importer import import_resource, parse_export
-from .mem0 import import_mem0, parse_mem0
+from .importer import import_resource
+from .mem0 import import_mem0
 from .records import FORMAT, FORMAT_VERSION, RECORD_TYPES
 from .report import ImportReport
 
@@ -27,6 +27,4 @@ __all__ = [
     "export_resource",
     "import_mem0",
     "import_resource",
-    "parse_export",
-    "parse_mem0",
 ]

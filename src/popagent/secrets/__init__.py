@@ -16,8 +16,6 @@ are never written to memories, episodes, audit rows or logs::
 from __future__ import annotations
 
 from .cipher import (
-    KEY_ENV,
-    KEY_FILE_ENV,
     Sealed,
     SecretCipher,
     SecretDecryptError,
@@ -28,8 +26,6 @@ from .cipher import (
 from .store import SecretInfo, SecretStore, scrub
 
 __all__ = [
-    "KEY_ENV",
-    "KEY_FILE_ENV",
     "Sealed",
     "SecretCipher",
     "SecretDecryptError",

@@ -31,13 +31,10 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..defaults import SECRET_KEY_ENV as KEY_ENV
-from ..defaults import SECRET_KEY_FILE_ENV as KEY_FILE_ENV
+from ..defaults import SECRET_KEY_ENV, SECRET_KEY_FILE_ENV
 from ..errors import SecretDecryptError, SecretKeyError
 
 __all__ = [
-    "KEY_ENV",
-    "KEY_FILE_ENV",
     "KEY_SIZE",
     "NONCE_SIZE",
     "Sealed",
@@ -116,8 +113,8 @@ class SecretCipher:
         if sealed.key_id != self._key_id:
             raise SecretDecryptError(
                 f"secret {name!r} was encrypted with key {sealed.key_id}, but the configured "
-                f"key is {self._key_id}: configure the original key ({KEY_ENV} or "
-                f"{KEY_FILE_ENV}) or set the secret again"
+                f"key is {self._key_id}: configure the original key ({SECRET_KEY_ENV} or "
+                f"{SECRET_KEY_FILE_ENV}) or set the secret again"
             )
         try:
             plaintext = self._aead.decrypt(
@@ -200,12 +197,12 @@ def load_cipher(
 
     Raises ``SecretKeyError`` naming what to fix; the message never holds key text.
     """
-    key_text = environ.get(KEY_ENV)
+    key_text = environ.get(SECRET_KEY_ENV)
     if key_text:
-        return SecretCipher.from_text(key_text, source=KEY_ENV)
-    key_file = environ.get(KEY_FILE_ENV)
+        return SecretCipher.from_text(key_text, source=SECRET_KEY_ENV)
+    key_file = environ.get(SECRET_KEY_FILE_ENV)
     if key_file:
-        return _read_key_file(Path(key_file).expanduser(), f"from {KEY_FILE_ENV}")
+        return _read_key_file(Path(key_file).expanduser(), f"from {SECRET_KEY_FILE_ENV}")
     if default_key_file is not None:
         path = Path(default_key_file).expanduser()
         if not path.exists():
@@ -217,6 +214,6 @@ def load_cipher(
                 ) from None
         return _read_key_file(path, "the default key file")
     raise SecretKeyError(
-        f"no secret key is configured: set {KEY_ENV} to a key, or {KEY_FILE_ENV} to the path "
+        f"no secret key is configured: set {SECRET_KEY_ENV} to a key, or {SECRET_KEY_FILE_ENV} to the path "
         f"of a file (mode 0600) holding one; {_GENERATE_HINT}"
     )

@@ -8,6 +8,6 @@ error body), ``middleware`` (access log, headers, token, request guard),
 """
 
 from .app import create_app
-from .config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RESOURCE, ServerConfig
+from .config import ServerConfig
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_RESOURCE", "ServerConfig", "create_app"]
+__all__ = ["ServerConfig", "create_app"]

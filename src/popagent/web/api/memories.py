@@ -17,15 +17,22 @@ delete removes the history too.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import inspect
+from dataclasses import fields, replace
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from ...errors import ConflictError, NotFoundError, ValidationError
-from ...memory.validation import KEY_CAP, normalize_fact_content, normalize_key
-from ...models import FactHistory, Memory, MemoryFilter, Page, Provenance
+from ...memory.validation import (
+    FILTER_FIELDS,
+    KEY_CAP,
+    filter_from,
+    normalize_fact_content,
+    normalize_key,
+)
+from ...models import FactHistory, Kind, Memory, MemoryFilter, Page, Provenance
 from ..schemas import (
     CleanupReport,
     CleanupRequest,
@@ -71,6 +78,52 @@ TextFilter = Annotated[
 SessionFilter = Annotated[str | None, Query(min_length=1, max_length=256)]
 When = Annotated[datetime | None, Query(description="ISO 8601 with a time zone.")]
 
+#: The query parameter of each ``MemoryFilter`` field (in the order the routes list them).
+_FILTER_QUERY: dict[str, Any] = {
+    "kind": Literal["fact", "episode"] | None,
+    "key": KeyFilter,
+    "text": TextFilter,
+    "session_id": SessionFilter,
+    "created_after": When,
+    "created_before": When,
+    "limit": Limit,
+    "offset": Offset,
+}
+_FILTER_DEFAULTS = {f.name: f.default for f in fields(MemoryFilter)}
+
+
+def _filter_query(kind: Kind | None = None, *, without: tuple[str, ...] = ()) -> Any:
+    """A FastAPI dependency: the ``MemoryFilter`` of a list route's query parameters,
+    one per field but ``without`` (and ``kind``, when the route's own kind is given)."""
+    left_out = {*without, "kind"} if kind is not None else set(without)
+
+    async def where(**query: Any) -> MemoryFilter:  # async: no thread hop per request
+        return filter_from(query, kind=kind)
+
+    where.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=annotation,
+                default=_FILTER_DEFAULTS[name],
+            )
+            # In the routes' order; a field with no query parameter fails at import.
+            for name in sorted(FILTER_FIELDS, key=list(_FILTER_QUERY).index)
+            if name not in left_out
+            for annotation in (_FILTER_QUERY[name],)
+        ]
+    )
+    return Depends(where)
+
+
+#: Each list route's filter: every field; a fact's; an episode's.
+AnyFilter = Annotated[MemoryFilter, _filter_query()]
+FactFilter = Annotated[
+    MemoryFilter, _filter_query("fact", without=("session_id", "created_after", "created_before"))
+]
+EpisodeFilter = Annotated[MemoryFilter, _filter_query("episode", without=("key",))]
+
 
 def _page(rows: list[Memory], limit: int, offset: int) -> Page[Memory]:
     more = len(rows) > limit
@@ -87,27 +140,7 @@ async def _list_page(request: Request, where: MemoryFilter) -> Page[Memory]:
 
 
 @router.get("/memories", response_model=Page[Memory], summary="List or search facts and episodes")
-async def list_memories(
-    request: Request,
-    kind: Literal["fact", "episode"] | None = None,
-    key: KeyFilter = None,
-    text: TextFilter = None,
-    session_id: SessionFilter = None,
-    created_after: When = None,
-    created_before: When = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-) -> Page[Memory]:
-    where = MemoryFilter(
-        kind=kind,
-        key=key,
-        session_id=session_id,
-        text=text,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-        offset=offset,
-    )
+async def list_memories(request: Request, where: AnyFilter) -> Page[Memory]:
     return await _list_page(request, where)
 
 
@@ -121,14 +154,7 @@ async def get_memory(request: Request, id: MemoryId) -> Memory:
 
 
 @router.get("/facts", response_model=Page[Memory], summary="List or search facts")
-async def list_facts(
-    request: Request,
-    key: KeyFilter = None,
-    text: TextFilter = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-) -> Page[Memory]:
-    where = MemoryFilter(kind="fact", key=key, text=text, limit=limit, offset=offset)
+async def list_facts(request: Request, where: FactFilter) -> Page[Memory]:
     return await _list_page(request, where)
 
 
@@ -292,24 +318,7 @@ async def restore_fact(request: Request, id: MemoryId, body: FactRestore) -> Mem
 
 
 @router.get("/episodes", response_model=Page[Memory], summary="List or search episodes")
-async def list_episodes(
-    request: Request,
-    text: TextFilter = None,
-    session_id: SessionFilter = None,
-    created_after: When = None,
-    created_before: When = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-) -> Page[Memory]:
-    where = MemoryFilter(
-        kind="episode",
-        session_id=session_id,
-        text=text,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-        offset=offset,
-    )
+async def list_episodes(request: Request, where: EpisodeFilter) -> Page[Memory]:
     return await _list_page(request, where)
 
 

@@ -20,8 +20,8 @@ from starlette.responses import Response
 
 from ...checks import ID_CAP
 from ...errors import ValidationError
-from ...memory.validation import KEY_CAP, normalize_key
-from ...models import Kind, MemoryFilter
+from ...memory.validation import KEY_CAP, filter_from, normalize_key
+from ...models import MemoryFilter
 from ..services import services
 from .rendering import page
 from .routing import HtmlRoute
@@ -38,19 +38,18 @@ _OFFSET_CAP = 10_000_000
 MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Filters:
-    """The browser's filters as typed (``form``) and as the store takes them."""
+    """The browser's filters as typed (``form``) and as the store takes them (``where``,
+    one page and one memory more, to tell whether another page follows)."""
 
     form: dict[str, str]
-    kind: Kind | None = None
-    key: str | None = None
-    text: str | None = None
-    session_id: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    offset: int = 0
+    where: MemoryFilter
     errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def offset(self) -> int:
+        return self.where.offset
 
 
 def _day(value: str) -> date:
@@ -64,44 +63,45 @@ def parse_filters(query: dict[str, str]) -> Filters:
     """The filters of a browser query; problems land in ``errors`` by field name."""
     names = ("text", "kind", "key", "session_id", "from", "to", "offset")
     form = {name: query.get(name, "").strip() for name in names}
-    f = Filters(form=form)
+    given: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     if form["text"]:
         if len(form["text"]) > _TEXT_CAP:
-            f.errors["text"] = f"must be at most {_TEXT_CAP} characters"
+            errors["text"] = f"must be at most {_TEXT_CAP} characters"
         else:
-            f.text = form["text"]
+            given["text"] = form["text"]
     kinds: dict[str, Literal["fact", "episode"]] = {"fact": "fact", "episode": "episode"}
     if form["kind"] and form["kind"] not in kinds:
-        f.errors["kind"] = "must be fact or episode"
-    f.kind = kinds.get(form["kind"])
+        errors["kind"] = "must be fact or episode"
+    given["kind"] = kinds.get(form["kind"])
     if form["key"]:
         try:
-            f.key = normalize_key(form["key"])
+            given["key"] = normalize_key(form["key"])
         except ValidationError as exc:
-            f.errors["key"] = exc.message
+            errors["key"] = exc.message
     if form["session_id"]:
         if len(form["session_id"]) > ID_CAP:
-            f.errors["session_id"] = f"must be at most {ID_CAP} characters"
+            errors["session_id"] = f"must be at most {ID_CAP} characters"
         else:
-            f.session_id = form["session_id"]
+            given["session_id"] = form["session_id"]
     for name in ("from", "to"):
         if form[name]:
             try:
                 day = _day(form[name])
             except ValidationError as exc:
-                f.errors[name] = exc.message
+                errors[name] = exc.message
                 continue
             start = datetime.combine(day, time(), tzinfo=UTC)
             if name == "from":
-                f.created_after = start
+                given["created_after"] = start
             else:
-                f.created_before = start + timedelta(days=1)
+                given["created_before"] = start + timedelta(days=1)
     if form["offset"]:
         if form["offset"].isdigit() and int(form["offset"]) <= _OFFSET_CAP:
-            f.offset = int(form["offset"])
+            given["offset"] = int(form["offset"])
         else:
-            f.errors["offset"] = f"must be a whole number up to {_OFFSET_CAP:,}"
-    return f
+            errors["offset"] = f"must be a whole number up to {_OFFSET_CAP:,}"
+    return Filters(form, filter_from(given, limit=PAGE_SIZE + 1), errors)
 
 
 def _link_params(f: Filters, offset: int) -> dict[str, Any]:
@@ -114,17 +114,7 @@ async def browse(request: Request) -> Response:
     f = parse_filters(dict(request.query_params))
     rows = []
     if not f.errors:
-        where = MemoryFilter(
-            kind=f.kind,
-            key=f.key,
-            session_id=f.session_id,
-            text=f.text,
-            created_after=f.created_after,
-            created_before=f.created_before,
-            limit=PAGE_SIZE + 1,
-            offset=f.offset,
-        )
-        rows = await s.memory.list(s.resource_id, where)
+        rows = await s.memory.list(s.resource_id, f.where)
     more = len(rows) > PAGE_SIZE
     return page(
         request,
