@@ -151,13 +151,19 @@ def _forms(secret: Secret) -> list[str]:
 
 def _holds(text: str, form: str) -> bool:
     """Case-insensitive (tsvector lexemes are lower-cased); a short value only as a whole
-    token, so a hex digest that happens to contain "8316" is not a hit."""
-    if len(form) < 8:
-        return (
-            re.search(rf"(?<![0-9A-Za-z]){re.escape(form.lower())}(?![0-9A-Za-z])", text)
-            is not None
-        )
-    return form.lower() in text
+    token, so a hex digest that happens to contain "8316" is not a hit. A short number
+    is not a hit either as a timestamp's fraction (``11:17:39.8316``: PostgreSQL drops
+    trailing zeros) or as a whole field of a dump's COPY row (an id, a count of bytes):
+    a stored credential sits in text, a JSON string or a tsvector's quotes."""
+    if len(form) >= 8:
+        return form.lower() in text
+    for found in re.finditer(rf"(?<![0-9A-Za-z]){re.escape(form.lower())}(?![0-9A-Za-z])", text):
+        before = text[found.start() - 1 : found.start()]
+        after = text[found.end() : found.end() + 1]
+        if form.isdigit() and (before == "." or (before in ("", "\t") and after in ("\t", "\n"))):
+            continue
+        return True
+    return False
 
 
 def scan_database(url: str, *, skip: frozenset[str] = frozenset()) -> dict[str, list[str]]:
