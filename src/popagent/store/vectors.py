@@ -361,7 +361,9 @@ async def nearest(
     dimensions = int(query.shape[0])
     if resource_size > EXACT_SEARCH_MAX and dimensions in HNSW_DIMENSIONS:
         # Chunks of one memory may fill several rows: the statement asks for some spare.
-        async with conn.transaction():
+        # Pipelined: BEGIN, the settings and the search go in one round trip (then the
+        # COMMIT), not four; the settings are SET LOCAL, so they need the transaction.
+        async with conn.pipeline(), conn.transaction():
             await conn.execute(HNSW_SETTINGS, {"ef_search": str(max(HNSW_EF_SEARCH, limit * 2))})
             async with conn.cursor(row_factory=tuple_row) as cur:
                 await cur.execute(_hnsw_statement(dimensions, limit, citus), params)
