@@ -54,8 +54,12 @@ INITIALIZE = {
 
 
 @contextmanager
-def multi_servers(database_url: str, n: int, **kwargs: object) -> Iterator[list[str]]:
-    config = ServerConfig(maintenance_interval_s=None, token=OPERATOR, multi_resource=True)
+def multi_servers(
+    database_url: str, n: int, config: ServerConfig | None = None, **kwargs: object
+) -> Iterator[list[str]]:
+    """``n`` multi-resource server apps on one database (as ``serve --workers``'s processes)."""
+    if config is None:
+        config = ServerConfig(maintenance_interval_s=None, token=OPERATOR, multi_resource=True)
     with ExitStack() as stack:
         yield [
             stack.enter_context(
@@ -393,15 +397,7 @@ async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
     config = ServerConfig(
         maintenance_interval_s=None, multi_resource=True, key_requests_per_minute=60
     )
-    with ExitStack() as stack:
-        first, second = (
-            stack.enter_context(
-                uvicorn_server(
-                    config, database_url=database_url, model_from_env=False, embedder=None
-                )
-            )
-            for _ in range(2)
-        )
+    with multi_servers(database_url, 2, config) as (first, second):
         async with httpx.AsyncClient(base_url=first) as a, httpx.AsyncClient(base_url=second) as b:
             # Warm both apps' pools, so that the burst below takes well under a second.
             for client in (a, b):
@@ -503,15 +499,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
     config = ServerConfig(
         maintenance_interval_s=None, multi_resource=True, quota_memories=3, quota_bytes=40
     )
-    with ExitStack() as stack:
-        first, second = (
-            stack.enter_context(
-                uvicorn_server(
-                    config, database_url=database_url, model_from_env=False, embedder=None
-                )
-            )
-            for _ in range(2)
-        )
+    with multi_servers(database_url, 2, config) as (first, second):
         async with httpx.AsyncClient(base_url=first) as a, httpx.AsyncClient(base_url=second) as b:
             for n in range(3):
                 made = await b.post(

@@ -49,6 +49,7 @@ __all__ = [
     "parse_allowed_hosts",
     "request_port",
     "require_token_for",
+    "send_json",
     "send_rate_limited",
     "send_unauthorized",
     "split_host",
@@ -150,28 +151,31 @@ class BearerTokenMiddleware:
 
 async def send_unauthorized(send: Send, detail: str) -> None:
     """A 401 JSON answer that asks for a bearer credential (``detail`` says which)."""
-    await _send_detail(send, 401, detail, (b"www-authenticate", b"Bearer"))
+    await send_json(send, 401, {"detail": detail}, (b"www-authenticate", b"Bearer"))
 
 
 async def send_rate_limited(send: Send, detail: str, retry_after: int) -> None:
     """A 429 JSON answer with ``Retry-After: retry_after`` (whole seconds)."""
-    await _send_detail(send, 429, detail, (b"retry-after", str(retry_after).encode()))
+    await send_json(send, 429, {"detail": detail}, (b"retry-after", str(retry_after).encode()))
 
 
-async def _send_detail(send: Send, status: int, detail: str, *headers: tuple[bytes, bytes]) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], *headers: tuple[bytes, bytes]
+) -> None:
+    """A complete JSON answer of ``status`` with ``headers`` (for middleware, below the routes)."""
+    data = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
+                (b"content-length", str(len(data)).encode()),
                 *headers,
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": data})
 
 
 # --- the Host rule --------------------------------------------------------------------------

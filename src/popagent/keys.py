@@ -414,11 +414,8 @@ class KeyStore:
         if not looks_like_key(key):
             return None
         digest = hash_secret(key)
-        if rate is not None:
-            known = self._empty.refuse(digest, method, path)
-            if known is not None:
-                self._flush_soon()
-                return known
+        if rate is not None and (known := self._refused_here(digest, method, path)):
+            return known
         async with self.pool.connection() as conn:
             row = await sql.authenticate_key(
                 conn,
@@ -465,9 +462,7 @@ class KeyStore:
         principals are returned as they are."""
         if principal.key_id is None:
             return principal
-        known = self._empty.refuse(principal.key_id, method, path)
-        if known is not None:
-            self._flush_soon()
+        if known := self._refused_here(principal.key_id, method, path):
             return known
         async with self.pool.connection() as conn:
             row = await sql.spend_key(
@@ -486,9 +481,14 @@ class KeyStore:
         self._empty.note(principal.key_id, limited)
         return limited
 
-    def _flush_soon(self) -> None:
-        if self._flusher is None or self._flusher.done():
+    def _refused_here(
+        self, which: bytes | int, method: str | None, path: str | None
+    ) -> Principal | None:
+        """``_EmptyBuckets.refuse``, with the audit of that refusal scheduled."""
+        known = self._empty.refuse(which, method, path)
+        if known is not None and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
+        return known
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(REFUSALS_FLUSH_S)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import json
 import logging
 import re
 import time
@@ -56,7 +55,7 @@ import psycopg
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from ..access import AllowedHosts, bearer_matches, request_port
+from ..access import AllowedHosts, bearer_matches, request_port, send_json
 from ..errors import PopagentError
 from ..keys import Limits, Principal, pace_refusal
 from ..keys import Scope as KeyScope
@@ -120,24 +119,6 @@ class BodyTimeout(HTTPException):
             f"the request body did not arrive within {timeout_s:g} seconds",
             headers={"connection": "close"},
         )
-
-
-async def _send_json(
-    send: Send, status: int, body: dict[str, Any], *extra: tuple[bytes, bytes]
-) -> None:
-    data = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-                *extra,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
 
 
 def _error(error: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -322,7 +303,7 @@ class TokenGate:
                     None, "unknown_credential", method=scope["method"], path=_route_of(path)
                 )
             if api:
-                await _send_json(
+                await send_json(
                     send,
                     401,
                     _error("unauthorized", "missing or wrong bearer token"),
@@ -346,7 +327,7 @@ class TokenGate:
                 wait = (b"retry-after", str(retry_after).encode())
                 if api:
                     error = "rate_limited" if why == "rate_limited" else "quota_exceeded"
-                    await _send_json(send, 429, _error(error, message), wait)
+                    await send_json(send, 429, _error(error, message), wait)
                 else:
                     scope.setdefault("state", {})["principal"] = principal
                     title = "Too many requests" if why == "rate_limited" else "Storage full"
@@ -365,7 +346,7 @@ class TokenGate:
                     else f"this key's scope ({principal.scope}) does not allow this request"
                 )
                 if api:
-                    await _send_json(send, 403, _error("forbidden", message))
+                    await send_json(send, 403, _error("forbidden", message))
                 else:
                     # A person in the GUI gets a page with the nav, not a JSON body.
                     scope.setdefault("state", {})["principal"] = principal
@@ -504,7 +485,7 @@ class RequestGuard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            await _send_json(send, *refusal)
+            await send_json(send, *refusal)
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.body_timeout_s
@@ -546,7 +527,7 @@ class RequestGuard:
             # Raised where no handler turned it into a response (e.g. in a middleware).
             if started:
                 raise
-            await _send_json(
+            await send_json(
                 send,
                 408,
                 _error("request_timeout", str(exc.detail)),
