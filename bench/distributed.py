@@ -119,7 +119,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
     # Lexical recall alone: semantic recall adds the query's embedding (the same on
     # both) and reads vectors that a background worker writes at its own pace.
-    async with popagent.connect(url, max_size=4, embedder=None) as memory:
+    async with popagent.connect(url, max_size=4, embedder=None) as root:
+        memory = root.memory
         await load(memory, args)
         asked = [q for q, _ in queries("dist:q", 20 + args.recalls, 9)]
         for q in asked[:20]:

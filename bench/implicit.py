@@ -226,7 +226,8 @@ async def evaluate(
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     latencies: dict[str, list[float]] = {}
-    async with popagent.connect(url, embedder=embedder) as memory:
+    async with popagent.connect(url, embedder=embedder) as root:
+        memory = root.memory
         ingest_s = await ingest(memory, stores, now)
         chosen = variants(memory)
         for store in stores:

@@ -292,7 +292,8 @@ async def database(
     try:
         async with popagent.connect(
             make_conninfo(admin, dbname=dbname), max_size=10, embedder=embedder
-        ) as memory:
+        ) as root:
+            memory = root.memory
             yield memory
     finally:
         async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:

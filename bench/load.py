@@ -262,7 +262,8 @@ def row(
 
 
 async def load_resource(url: str, episodes: int = MEMORIES - 20) -> None:
-    async with popagent.connect(url, max_size=4, embedder=None) as memory:
+    async with popagent.connect(url, max_size=4, embedder=None) as root:
+        memory = root.memory
         batch = turns("load", episodes)
         for i in range(0, len(batch), 1000):
             await memory.retain_episodes(RESOURCE, batch[i : i + 1000])
@@ -280,7 +281,8 @@ import popagent
 from latency import queries
 async def main():
     url, n = sys.argv[1], int(sys.argv[2])
-    async with popagent.connect(url, max_size=2) as memory:
+    async with popagent.connect(url, max_size=2) as root:
+        memory = root.memory
         qs = queries("load-baseline", n + 30, (n + 30) // 10)
         for query, _ in qs[:30]:
             await memory.recall("load-user", query)
@@ -487,7 +489,8 @@ async def main():
             cur = await conn.execute(
                 "SELECT count(*) AS c FROM popagent_audit WHERE resource_id = %s", (rid,))
             return (await cur.fetchone())["c"]
-    async with popagent.connect(url, max_size=10, embedder=None) as memory:
+    async with popagent.connect(url, max_size=10, embedder=None) as root:
+        memory = root.memory
         before = await audit_rows(memory)
         write, read = await surfaces(memory, rid, scenario)
         began = time.perf_counter()
@@ -648,7 +651,8 @@ TENANTS = ("tenant-quiet", "tenant-noisy")
 
 async def load_tenants(url: str) -> None:
     """Two resources of ``TENANT_MEMORIES`` episodes and 20 facts each."""
-    async with popagent.connect(url, max_size=4, embedder=None) as memory:
+    async with popagent.connect(url, max_size=4, embedder=None) as root:
+        memory = root.memory
         for tenant in TENANTS:
             batch = turns(tenant, TENANT_MEMORIES)
             for i in range(0, len(batch), 1000):
@@ -664,7 +668,8 @@ async def tenant_keys(url: str, name: str) -> tuple[str, str, str]:
     (so the measured keys' buckets are untouched)."""
     from popagent.keys import KeyStore
 
-    async with popagent.connect(url, max_size=2, embedder=None) as memory:
+    async with popagent.connect(url, max_size=2, embedder=None) as root:
+        memory = root.memory
         store = KeyStore(memory.pool)
         quiet, noisy = [(await store.create(t, name, "write"))[1] for t in TENANTS]
         warm = (await store.create(TENANTS[0], f"{name}-warm", "write"))[1]

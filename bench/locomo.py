@@ -220,7 +220,8 @@ async def evaluate(
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     latencies: dict[str, list[float]] = {}
-    async with popagent.connect(url, embedder=embedder) as memory:
+    async with popagent.connect(url, embedder=embedder) as root:
+        memory = root.memory
         ingest_s = await ingest(memory, conversations)
         variants = systems(memory)
         for conv in conversations:

@@ -213,8 +213,8 @@ async def replay(
             if om:
                 await MemorySettingsStore(memory.pool).update(resource, **om)
             observational = ObservationalHistory(model)
-            history, tools = observational, [observational.retrieval_tool()]
-        agent = Agent(memory, threads, model, history=history, tools=tools)
+            history, tools = observational, [observational.retrieval_tool(memory.pool)]
+        agent = Agent(memory.pool, memory, threads, model, history=history, tools=tools)
         started, last_id = time.perf_counter(), 0
         cursor, generation = 0, 0  # of the head log, to count turns that moved them
         server.script(Respond(brain.answer))

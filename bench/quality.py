@@ -152,7 +152,8 @@ async def capture_all(
 ) -> list[Capture]:
     out: list[Capture] = []
     now = datetime.now(UTC)
-    async with popagent.connect(url, embedder=embedder) as memory:
+    async with popagent.connect(url, embedder=embedder) as root:
+        memory = root.memory
         await implicit.ingest(memory, stores, now)
         await locomo.ingest(memory, conversations)
         for store in stores:

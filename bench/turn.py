@@ -111,7 +111,7 @@ async def measure(memory: LongTermMemory, mode: str, count: int) -> list[dict[st
     with ScriptedModelServer() as server:
         settings = ModelSettings(base_url=server.base_url, api_key=None, model="scripted")
         async with OpenAIChatModel(settings) as model:
-            agent = Agent(memory, ThreadStore(memory.pool), model)
+            agent = Agent(memory.pool, memory, ThreadStore(memory.pool), model)
             for kind in ("plain", "remember"):
                 timings: dict[str, list[float]] = {"overhead": [], "model": [], "total": []}
                 for i, q in enumerate(asked[: count + 20]):

@@ -51,7 +51,8 @@ def ms(samples):
 
 async def main():
     out = {}
-    async with popagent.connect(URL, embedder=None) as memory:
+    async with popagent.connect(URL, embedder=None) as root:
+        memory = root.memory
         rid = "bench-writes"
         now = datetime.now(UTC)
         t = []

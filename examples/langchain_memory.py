@@ -59,8 +59,8 @@ async def tool_loop(
 
 async def main() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="popagent-langchain-") as folder:
-        async with popagent.connect(data_dir=folder) as memory:
-            tools = memory_tools(memory, RESOURCE)
+        async with popagent.connect(data_dir=folder) as app:
+            tools = memory_tools(app, RESOURCE)
             model = GenericFakeChatModel(
                 messages=iter(
                     [
@@ -82,7 +82,7 @@ async def main() -> dict[str, Any]:
                 print(f"tool: {text}")
 
             # The retriever in a small chain: recalled memories become the prompt's context.
-            retriever = PopagentRetriever.of(memory, RESOURCE, k=3)
+            retriever = PopagentRetriever.of(app, RESOURCE, k=3)
             docs = await retriever.ainvoke("Le Guin novels")
             for doc in docs:
                 print(f"doc: {doc.page_content!r} score={doc.metadata['score']:.3f}")
@@ -98,7 +98,7 @@ async def main() -> dict[str, Any]:
             return {
                 "stored": any(
                     f.key == "books.author"
-                    for f in await memory.list(RESOURCE, MemoryFilter(kind="fact"))
+                    for f in await app.memory.list(RESOURCE, MemoryFilter(kind="fact"))
                 ),
                 "refused_resource": tool_results[0].startswith("Refused"),
                 "refused_credential": tool_results[2].startswith("Refused, nothing was stored"),
@@ -106,7 +106,7 @@ async def main() -> dict[str, Any]:
                 "documents": [d.page_content for d in docs],
                 "prompt_has_context": "Le Guin" in rendered.to_messages()[0].content,
                 "other_resource_facts": len(
-                    await memory.list("someone-else", MemoryFilter(kind="fact"))
+                    await app.memory.list("someone-else", MemoryFilter(kind="fact"))
                 ),
             }
 

@@ -60,9 +60,9 @@ def react_agent(model: ScriptedModel, tools: list[Any], store: PopagentStore) ->
 
 async def main() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="popagent-langgraph-") as folder:
-        async with popagent.connect(data_dir=folder) as memory:
+        async with popagent.connect(data_dir=folder) as app:
             # The store, used directly: namespaced items, exact round trips, recall search.
-            store = PopagentStore(memory, RESOURCE)
+            store = PopagentStore(app, RESOURCE)
             await store.aput(("prefs",), "seat", {"text": "Prefers aisle seats on short flights"})
             item = await store.aget(("prefs",), "seat")
             hits = await store.asearch(("prefs",), query="which seat on a short flight?")
@@ -90,7 +90,7 @@ async def main() -> dict[str, Any]:
             for text in tool_results:
                 print(f"tool: {text}")
             print(f"agent: {result['messages'][-1].content}")
-            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
+            facts = await app.memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "store_item": item.value if item else None,
                 "search_keys": [hit.key for hit in hits],
@@ -99,7 +99,7 @@ async def main() -> dict[str, Any]:
                     "Refused, nothing was stored"
                 ),
                 "other_resource_facts": len(
-                    await memory.list("someone-else", MemoryFilter(kind="fact"))
+                    await app.memory.list("someone-else", MemoryFilter(kind="fact"))
                 ),
             }
 

@@ -57,7 +57,7 @@ async def main() -> dict[str, Any]:
     ):
         client = AsyncOpenAI(base_url=server.base_url, api_key="offline", max_retries=0)
         model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
-        async with popagent.connect(data_dir=folder) as memory:
+        async with popagent.connect(data_dir=folder) as app:
             # Session 1: the model remembers a preference (and tries two things it may not).
             server.script(
                 CallTools(
@@ -69,8 +69,8 @@ async def main() -> dict[str, Any]:
                 ),
                 Reply("Noted: aisle seats."),
             )
-            first = PopagentSession.local("trip-1", memory, RESOURCE)
-            tools = memory_tools(memory, RESOURCE, session_id="trip-1")
+            first = PopagentSession.local("trip-1", app, RESOURCE)
+            tools = memory_tools(app, RESOURCE, session_id="trip-1")
             result = await Runner.run(
                 agent(model, tools),
                 "I always sit on the aisle.",
@@ -87,8 +87,8 @@ async def main() -> dict[str, Any]:
                 CallTools([("recall", {"query": "which seat does the traveller like?"})]),
                 Reply("Aisle seat booked."),
             )
-            second = PopagentSession.local("trip-2", memory, RESOURCE)
-            tools = memory_tools(memory, RESOURCE, session_id="trip-2")
+            second = PopagentSession.local("trip-2", app, RESOURCE)
+            tools = memory_tools(app, RESOURCE, session_id="trip-2")
             result = await Runner.run(
                 agent(model, tools), "Book my usual seat.", session=second, run_config=run_config
             )
@@ -97,14 +97,14 @@ async def main() -> dict[str, Any]:
             print(f"trip-2: {result.final_output}")
 
             kinds = [item.get("type", "message") for item in await first.get_items()]
-            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
+            facts = await app.memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "stored": [f.key for f in facts] == ["travel.seat"],
                 "recalled_in_second_session": "Prefers aisle seats" in recalled[0],
                 "first_session_items": kinds,
                 "refused_credential": outputs[2].startswith("Refused, nothing was stored"),
                 "refused_resource": outputs[1].startswith("Refused")
-                and not await memory.list("someone-else", MemoryFilter(kind="fact")),
+                and not await app.memory.list("someone-else", MemoryFilter(kind="fact")),
             }
 
 

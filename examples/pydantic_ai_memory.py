@@ -49,11 +49,11 @@ async def main() -> dict[str, Any]:
     ):
         provider = OpenAIProvider(base_url=server.base_url, api_key="offline")
         model = OpenAIChatModel("scripted", provider=provider)
-        async with popagent.connect(data_dir=folder) as memory:
+        async with popagent.connect(data_dir=folder) as app:
             agent = Agent(
                 model,
                 instructions="Remember lasting preferences; use what you recall.",
-                capabilities=memory_capabilities(memory, RESOURCE, session_id="kitchen"),
+                capabilities=memory_capabilities(app, RESOURCE, session_id="kitchen"),
             )
 
             # Run 1: the model stores a fact (and tries two things it may not).
@@ -80,7 +80,7 @@ async def main() -> dict[str, Any]:
             print(f"first message ({first['role']}):\n{first['content']}")
             print(f"run 2: {result.output}")
 
-            facts = await memory.list(RESOURCE, MemoryFilter(kind="fact"))
+            facts = await app.memory.list(RESOURCE, MemoryFilter(kind="fact"))
             return {
                 "stored": [f.key for f in facts] == ["food.diet"],
                 "first_message_is_the_block": first["role"] == "system"
@@ -88,7 +88,7 @@ async def main() -> dict[str, Any]:
                 "block_recalls_the_fact": "Is vegetarian" in first["content"],
                 "refused_credential": outputs[2].startswith("Refused, nothing was stored"),
                 "refused_resource": outputs[1].startswith("Refused")
-                and not await memory.list("someone-else", MemoryFilter(kind="fact")),
+                and not await app.memory.list("someone-else", MemoryFilter(kind="fact")),
             }
 
 

@@ -24,8 +24,8 @@ class AgentRig(NamedTuple):
     scripted: ScriptedModelServer
 
     def agent(self, **options: Any) -> Agent:
-        """``Agent(memory, threads, chat_model, **options)``."""
-        return Agent(self.memory, self.threads, self.chat_model, **options)
+        """``Agent(pool, memory, threads, chat_model, **options)``."""
+        return Agent(self.memory.pool, self.memory, self.threads, self.chat_model, **options)
 
 
 async def tables_containing(memory: popagent.LongTermMemory, needle: str) -> dict[str, int]:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 import popagent
+from popagent import Popagent
 from popagent.llm import OpenAIChatModel
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store.embedded import EmbeddedServer
@@ -57,9 +58,15 @@ def database_url() -> Iterator[str]:
 
 
 @pytest.fixture
-async def memory(database_url: str) -> AsyncIterator[popagent.LongTermMemory]:
-    async with popagent.connect(database_url, max_size=24) as ltm:
-        yield ltm
+async def root(database_url: str) -> AsyncIterator[Popagent]:
+    """``popagent.connect()``'s composition root on the suite's database."""
+    async with popagent.connect(database_url, max_size=24) as app:
+        yield app
+
+
+@pytest.fixture
+def memory(root: Popagent) -> popagent.LongTermMemory:
+    return root.memory
 
 
 @pytest.fixture
@@ -96,16 +103,21 @@ def scratch_url(database_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-async def scratch(scratch_url: str) -> AsyncIterator[popagent.LongTermMemory]:
+async def scratch_root(scratch_url: str) -> AsyncIterator[Popagent]:
     """The library on ``scratch_url``."""
-    async with popagent.connect(scratch_url, max_size=8) as ltm:
-        yield ltm
+    async with popagent.connect(scratch_url, max_size=8) as app:
+        yield app
 
 
 @pytest.fixture
-async def gui(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
+def scratch(scratch_root: Popagent) -> popagent.LongTermMemory:
+    return scratch_root.memory
+
+
+@pytest.fixture
+async def gui(root: Popagent, resource: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the server app (and so its GUI) for ``resource``: no model, no schedule."""
-    async with api_client(memory, resource) as client:
+    async with api_client(root, resource) as client:
         yield client
 
 
@@ -132,8 +144,8 @@ async def semantic(
 
 
 @pytest.fixture
-def threads(memory: popagent.LongTermMemory) -> ThreadStore:
-    return ThreadStore(memory.pool)
+def threads(root: Popagent) -> ThreadStore:
+    return root.threads
 
 
 @pytest.fixture

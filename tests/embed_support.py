@@ -27,7 +27,8 @@ async def semantic_memory(
         max_retries=0,
     )
     try:
-        async with popagent.connect(database_url, embedder=embedder, max_size=max_size) as memory:
+        async with popagent.connect(database_url, embedder=embedder, max_size=max_size) as root:
+            memory = root.memory
             yield memory
     finally:
         await embedder.aclose()

@@ -17,6 +17,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 import popagent
+from popagent import Popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langchain import PopagentRetriever, memory_tools
 from popagent.agent import AuditLog
@@ -51,9 +52,9 @@ def results(messages: list[BaseMessage]) -> list[str]:
 
 
 async def test_tools_offer_no_resource_and_use_popagents_schemas(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    tools = by_name(memory_tools(memory, resource))
+    tools = by_name(memory_tools(root, resource))
     assert list(tools) == ["remember", "recall"]
     for tool in tools.values():
         schema = convert_to_openai_tool(tool)["function"]["parameters"]
@@ -64,7 +65,7 @@ async def test_tools_offer_no_resource_and_use_popagents_schemas(
 
 
 async def test_a_model_remembers_and_recalls_through_the_tools(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
     model = script(
         calls(("remember", {"content": "Prefers tea over coffee", "key": "drink"})),
@@ -72,7 +73,7 @@ async def test_a_model_remembers_and_recalls_through_the_tools(
         calls(("recall", {"query": "tea or coffee?", "limit": 3})),
         reply("Green tea it is."),
     )
-    messages = await tool_loop(model, memory_tools(LocalBackend(memory, resource)))
+    messages = await tool_loop(model, memory_tools(LocalBackend(root, resource)))
     texts = results(messages)
     assert texts[0].startswith("Stored: created fact #") and "'drink'" in texts[0]
     assert texts[1].startswith("Stored: updated fact #")
@@ -84,7 +85,7 @@ async def test_a_model_remembers_and_recalls_through_the_tools(
 
 
 async def test_a_resource_argument_is_refused_and_changes_nothing(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
     model = script(
         calls(("remember", {"content": "Lives in Ghent", "resource_id": other_resource})),
@@ -92,7 +93,7 @@ async def test_a_resource_argument_is_refused_and_changes_nothing(
         calls(("remember", {"content": "Lives in Ghent", "importance": 2})),
         reply("ok"),
     )
-    texts = results(await tool_loop(model, memory_tools(memory, resource)))
+    texts = results(await tool_loop(model, memory_tools(root, resource)))
     assert texts[0].startswith("Refused, nothing was done: unknown argument 'resource_id'")
     assert texts[1].startswith("Refused, nothing was done: unknown argument 'resource'")
     assert texts[2].startswith("Refused, nothing was done: argument 'importance'")
@@ -112,10 +113,10 @@ async def test_a_resource_argument_is_refused_and_changes_nothing(
 
 
 async def test_a_credential_is_a_refusal_the_model_reads(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     model = script(calls(("remember", {"content": SECRET})), reply("I can't keep that."))
-    messages = await tool_loop(model, memory_tools(memory, resource))
+    messages = await tool_loop(model, memory_tools(root, resource))
     [refusal] = results(messages)
     assert refusal.startswith(
         "Refused, nothing was stored: content: looks like it contains a credential"
@@ -128,9 +129,9 @@ async def test_a_credential_is_a_refusal_the_model_reads(
 
 
 async def test_tool_calls_are_audited_without_content(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    tools = by_name(memory_tools(memory, resource, session_id="kitchen"))
+    tools = by_name(memory_tools(root, resource, session_id="kitchen"))
     await tools["remember"].ainvoke({"content": "Grows basil on the balcony"})
     await tools["recall"].ainvoke(
         {"query": "what grows on the balcony?"}, {"configurable": {"thread_id": "garden"}}
@@ -150,17 +151,19 @@ async def test_tool_calls_are_audited_without_content(
     assert fact.session_id == "kitchen"
 
 
-async def test_no_hooks_means_no_audit_rows(memory: popagent.LongTermMemory, resource: str) -> None:
-    tools = by_name(memory_tools(memory, resource, hooks=[]))
+async def test_no_hooks_means_no_audit_rows(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    tools = by_name(memory_tools(root, resource, hooks=[]))
     await tools["remember"].ainvoke({"content": "Plays the cello"})
     assert await AuditLog(memory.pool).list_audit(resource) == []
     assert len(await memory.list(resource, MemoryFilter(kind="fact"))) == 1
 
 
 async def test_sync_tools_from_a_worker_thread(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    tools = by_name(memory_tools(memory, resource))
+    tools = by_name(memory_tools(root, resource))
     stored = await asyncio.to_thread(tools["remember"].invoke, {"content": "Runs on Sundays"})
     assert str(stored).startswith("Stored: created")
     found = await asyncio.to_thread(tools["recall"].invoke, {"query": "when does the user run?"})
@@ -170,7 +173,7 @@ async def test_sync_tools_from_a_worker_thread(
 
 
 async def test_the_retriever_returns_recall_results_as_documents(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
     await memory.remember(resource, "Keeps bees in the garden", key="hobby.bees")
     await memory.remember(resource, "Sells honey at the Saturday market")
@@ -178,7 +181,7 @@ async def test_the_retriever_returns_recall_results_as_documents(
     # Vectors are written in the background: both recalls must see the same ones.
     assert await memory.wait_for_vectors(resource) == 0
     expected = await memory.recall(resource, "bees honey", limit=2, touch=False)
-    retriever = PopagentRetriever.of(memory, resource, k=2)
+    retriever = PopagentRetriever.of(root, resource, k=2)
     docs = await retriever.ainvoke("bees honey")
     assert all(isinstance(d, Document) for d in docs)
     assert [d.id for d in docs] == [str(r.memory.id) for r in expected]
@@ -202,9 +205,9 @@ async def test_the_retriever_returns_recall_results_as_documents(
 
 
 async def test_the_retriever_refuses_a_blank_query(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    retriever = PopagentRetriever.of(memory, resource)
+    retriever = PopagentRetriever.of(root, resource)
     with pytest.raises(popagent.ValidationError, match="query"):
         await retriever.ainvoke("   ")
     rows = await AuditLog(memory.pool).list_audit(resource)
@@ -214,16 +217,16 @@ async def test_the_retriever_refuses_a_blank_query(
 
 
 async def test_construction_needs_a_fixed_resource(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     with pytest.raises(TypeError, match="resource_id"):
-        memory_tools(memory)
+        memory_tools(root)
     with pytest.raises(TypeError, match="resource_id"):
-        memory_tools(LocalBackend(memory, resource), resource)
+        memory_tools(LocalBackend(root, resource), resource)
     with pytest.raises(TypeError, match="MemoryBackend"):
         memory_tools("not a backend")  # type: ignore[arg-type]
     with pytest.raises(popagent.ValidationError, match="resource_id"):
-        PopagentRetriever.of(memory, "")
+        PopagentRetriever.of(root, "")
 
 
 # --- packaging and the example ----------------------------------------------------------------
@@ -247,9 +250,9 @@ def test_example_runs_offline(tmp_path: Path) -> None:
 
 
 async def test_a_models_expiry_and_the_adapters_origin_are_recorded(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    tools = by_name(memory_tools(memory, resource))
+    tools = by_name(memory_tools(root, resource))
     ahead = (datetime.now(UTC) + timedelta(days=2)).isoformat()
     stored = await tools["remember"].ainvoke(
         {"content": "In Lisbon until Friday", "key": "trip.city", "expires_at": ahead}
@@ -267,12 +270,12 @@ async def test_a_models_expiry_and_the_adapters_origin_are_recorded(
 
 
 async def test_the_retriever_takes_k_per_call(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     """langchain-tests' ``test_invoke_with_k_kwarg``: ``invoke(query, k=n)`` gives ``n``."""
     for n in range(5):
         await memory.remember(resource, f"Keeps bees number {n} in the garden")
-    retriever = PopagentRetriever.of(memory, resource, k=4)
+    retriever = PopagentRetriever.of(root, resource, k=4)
     assert len(await retriever.ainvoke("bees garden")) == 4
     assert len(await retriever.ainvoke("bees garden", k=1)) == 1
     assert len(await asyncio.to_thread(retriever.invoke, "bees garden", k=2)) == 2
@@ -282,10 +285,10 @@ async def test_the_retriever_takes_k_per_call(
 
 
 async def test_sync_calls_on_the_loop_thread_raise_invalid_state(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    tools = by_name(memory_tools(memory, resource))
-    retriever = PopagentRetriever.of(memory, resource)
+    tools = by_name(memory_tools(root, resource))
+    retriever = PopagentRetriever.of(root, resource)
     with pytest.raises(asyncio.InvalidStateError, match="ainvoke"):
         tools["recall"].invoke({"query": "on the loop's own thread"})
     with pytest.raises(asyncio.InvalidStateError, match="ainvoke"):

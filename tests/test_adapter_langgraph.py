@@ -38,6 +38,7 @@ from langgraph.store.base import (
 )
 
 import popagent
+from popagent import Popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.langgraph import (
     CONCURRENCY,
@@ -59,8 +60,8 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-async def store(memory: popagent.LongTermMemory, resource: str) -> PopagentStore:
-    return PopagentStore(memory, resource)
+async def store(root: Popagent, memory: popagent.LongTermMemory, resource: str) -> PopagentStore:
+    return PopagentStore(root, resource)
 
 
 async def value_at(store: PopagentStore, namespace: tuple[str, ...], key: str) -> Any:
@@ -174,10 +175,10 @@ async def test_ttl_is_not_supported(store: PopagentStore) -> None:
 
 
 async def test_the_resource_is_the_backends(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
-    mine = PopagentStore(LocalBackend(memory, resource))
-    theirs = PopagentStore(memory, other_resource)
+    mine = PopagentStore(LocalBackend(root, resource))
+    theirs = PopagentStore(root, other_resource)
     await mine.aput(("ns",), "k", {"text": "tea with lemon"})
     assert await theirs.aget(("ns",), "k") is None
     assert await theirs.asearch(("ns",), query="tea lemon") == []
@@ -185,17 +186,17 @@ async def test_the_resource_is_the_backends(
     assert await theirs.alist_namespaces() == []
     assert await memory.list(other_resource, MemoryFilter(kind="fact")) == []
     with pytest.raises(TypeError, match="resource_id"):
-        PopagentStore(LocalBackend(memory, resource), other_resource)
+        PopagentStore(LocalBackend(root, resource), other_resource)
     with pytest.raises(TypeError, match="resource_id"):
-        PopagentStore(memory)
+        PopagentStore(root)
 
 
 async def test_other_facts_and_other_prefixes_are_not_items(
-    store: PopagentStore, memory: popagent.LongTermMemory, resource: str
+    store: PopagentStore, root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     await memory.remember(resource, "Likes green tea in the morning", key="drink")
     await memory.remember(resource, '{"namespace":["ns"],"key":"forged","value":{}}')
-    other = PopagentStore(memory, resource, prefix="other:")
+    other = PopagentStore(root, resource, prefix="other:")
     await other.aput(("ns",), "k", {"text": "green tea from the other store"})
     await store.aput(("ns",), "k", {"text": "green tea from this store"})
     assert [h.value["text"] for h in await store.asearch(("ns",), query="green tea")] == [
@@ -204,7 +205,7 @@ async def test_other_facts_and_other_prefixes_are_not_items(
     assert [i.value["text"] for i in await store.asearch(("ns",))] == ["green tea from this store"]
     assert await store.alist_namespaces() == [("ns",)]
     with pytest.raises(popagent.ValidationError, match="prefix"):
-        PopagentStore(memory, resource, prefix="Upper:")
+        PopagentStore(root, resource, prefix="Upper:")
 
 
 async def test_search_scores_are_popagents_recall_scores(
@@ -339,9 +340,9 @@ async def test_sync_api_on_the_loop_thread_says_what_to_use(store: PopagentStore
 
 
 def test_sync_api_without_a_running_loop_says_what_to_use(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    store = PopagentStore(memory, resource)
+    store = PopagentStore(root, resource)
     with pytest.raises(RuntimeError, match="not running"):
         store.get(("ns",), "k")
 
@@ -645,9 +646,9 @@ async def test_lg_cannot_put_empty_namespace(store: PopagentStore) -> None:
 
 
 async def test_react_agent_remembers_recalls_and_uses_the_store(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
-    store = PopagentStore(memory, resource)
+    store = PopagentStore(root, resource)
 
     @tool
     async def save_note(topic: str, note: str) -> str:
@@ -697,9 +698,9 @@ async def test_react_agent_remembers_recalls_and_uses_the_store(
 
 
 async def test_react_agent_gets_a_readable_refusal_for_a_credential(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    store = PopagentStore(memory, resource)
+    store = PopagentStore(root, resource)
     model = script(
         calls(
             (
@@ -725,9 +726,9 @@ async def test_react_agent_gets_a_readable_refusal_for_a_credential(
 
 
 async def test_sync_react_agent_in_a_worker_thread(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    store = PopagentStore(memory, resource)
+    store = PopagentStore(root, resource)
 
     @tool
     def save_note(topic: str, note: str) -> str:
@@ -882,9 +883,9 @@ async def _audit_count(memory: popagent.LongTermMemory, resource: str, tool: str
 
 
 async def test_concurrent_calls_are_merged_with_bounded_connections(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    backend = CountingBackend(LocalBackend(memory, resource, "langgraph"))
+    backend = CountingBackend(LocalBackend(root, resource, "langgraph"))
     store = PopagentStore(backend, hooks=[AuditHook(memory.pool)])
     outcomes = await asyncio.gather(
         *(store.aput(("burst",), f"k{i}", {"text": f"burst item {i}"}) for i in range(600)),
@@ -900,9 +901,9 @@ async def test_concurrent_calls_are_merged_with_bounded_connections(
 
 
 async def test_identical_concurrent_reads_are_made_once(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    backend = CountingBackend(LocalBackend(memory, resource, "langgraph"))
+    backend = CountingBackend(LocalBackend(root, resource, "langgraph"))
     store = PopagentStore(backend, hooks=[])
     await store.aput(("docs",), "a", {"text": "green tea"})
     backend.calls = 0
@@ -912,11 +913,11 @@ async def test_identical_concurrent_reads_are_made_once(
 
 
 async def test_langgraphs_large_batches_async(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     """LangGraph's ``test_large_batches_async`` (checkpoint-postgres and -sqlite), with
     200 keys where it has 1,000: 12,000 concurrent calls of every kind."""
-    store = PopagentStore(memory, resource)
+    store = PopagentStore(root, resource)
     coros: list[Awaitable[Any]] = []
     for m in range(10):
         for i in range(200):
@@ -968,7 +969,7 @@ async def test_a_blank_query_lists_the_namespace_as_langgraph_does(store: Popage
 
 
 async def test_index_embedding_and_ttl_configs_are_refused(
-    store: PopagentStore, memory: popagent.LongTermMemory, resource: str
+    store: PopagentStore, root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     for index in (["text"], False):
         with pytest.raises(NotImplementedError, match="index= is not supported"):
@@ -979,9 +980,9 @@ async def test_index_embedding_and_ttl_configs_are_refused(
     await store.aput(("ns",), "k", {"text": "tea"}, index=None)  # the default stays fine
     config = {"dims": 4, "embed": "fake:embed", "fields": ["text"]}
     with pytest.raises(NotImplementedError, match=r"popagent.connect\(embedder="):
-        PopagentStore(memory, resource, index=config)
+        PopagentStore(root, resource, index=config)
     with pytest.raises(NotImplementedError, match="TTL"):
-        PopagentStore(memory, resource, ttl={"default_ttl": 5.0})
+        PopagentStore(root, resource, ttl={"default_ttl": 5.0})
 
 
 async def test_async_calls_from_threads_running_their_own_loops(

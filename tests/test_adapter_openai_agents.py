@@ -22,6 +22,7 @@ from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from openai import AsyncOpenAI
 
 import popagent
+from popagent import Popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.openai_agents import PopagentSession, memory_tools
 from popagent.agent import AuditLog
@@ -141,9 +142,9 @@ def items(values: list[dict[str, Any]]) -> list[TResponseInputItem]:
 
 
 async def test_round_trip_of_every_item_kind(
-    memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
 ) -> None:
-    session = PopagentSession.local("chat-1", memory, resource)
+    session = PopagentSession.local("chat-1", root, resource)
     assert await session.get_items() == []
     await session.add_items(items(EVERY_KIND[:5]))
     await session.add_items(items(EVERY_KIND[5:]))
@@ -164,9 +165,9 @@ async def test_round_trip_of_every_item_kind(
 
 
 async def test_pop_and_clear(
-    memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
 ) -> None:
-    session = PopagentSession.local("chat-pop", memory, resource)
+    session = PopagentSession.local("chat-pop", root, resource)
     assert await session.pop_item() is None
     await session.add_items(items(EVERY_KIND))
     assert await session.pop_item() == EVERY_KIND[-1]
@@ -180,14 +181,14 @@ async def test_pop_and_clear(
     assert kept.title == "Weather"  # the session stays; only its history goes
     await session.add_items(items(EVERY_KIND[:1]))
     assert await session.get_items() == EVERY_KIND[:1]
-    await PopagentSession.local("never-made", memory, resource).clear_session()  # a no-op
+    await PopagentSession.local("never-made", root, resource).clear_session()  # a no-op
 
 
 async def test_sessions_are_per_resource(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
-    mine = PopagentSession.local("same-id", memory, resource)
-    theirs = PopagentSession.local("same-id", memory, other_resource)
+    mine = PopagentSession.local("same-id", root, resource)
+    theirs = PopagentSession.local("same-id", root, other_resource)
     await mine.add_items(items(EVERY_KIND[:2]))
     assert await theirs.get_items() == []
     await theirs.clear_session()
@@ -195,9 +196,9 @@ async def test_sessions_are_per_resource(
 
 
 async def test_credentials_in_items_are_redacted(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    session = PopagentSession.local("chat-secret", memory, resource)
+    session = PopagentSession.local("chat-secret", root, resource)
     await session.add_items(
         items(
             [
@@ -234,11 +235,11 @@ async def test_a_bad_batch_writes_nothing(memory: popagent.LongTermMemory, resou
 
 
 async def test_messages_popagent_wrote_read_as_items(
-    memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, threads: ThreadStore
 ) -> None:
     await threads.append_message(resource, "mixed", "user", "hello", create_session=True)
     await threads.append_message(resource, "mixed", "assistant", "hi there")
-    session = PopagentSession.local("mixed", memory, resource)
+    session = PopagentSession.local("mixed", root, resource)
     await session.add_items(items(EVERY_KIND[2:3]))
     assert await session.get_items() == [
         {"role": "user", "content": "hello"},
@@ -251,14 +252,14 @@ async def test_messages_popagent_wrote_read_as_items(
 
 
 async def test_runner_keeps_history_and_a_second_session_recalls(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
-    first = PopagentSession.local("trip-1", memory, resource)
+    first = PopagentSession.local("trip-1", root, resource)
     scripted.script(
         CallTools([("remember", {"content": "Prefers aisle seats", "key": "travel.seat"})]),
         Reply("Noted: aisle seats."),
     )
-    agent = agent_for(scripted, memory_tools(memory, resource, session_id="trip-1"))
+    agent = agent_for(scripted, memory_tools(root, resource, session_id="trip-1"))
     result = await Runner.run(
         agent, "I always take an aisle seat.", session=first, run_config=NO_TRACING
     )
@@ -279,9 +280,9 @@ async def test_runner_keeps_history_and_a_second_session_recalls(
     assert "I always take an aisle seat." in sent and "Remind me?" in sent
 
     # Another session of the same resource recalls the fact.
-    second = PopagentSession.local("trip-2", memory, resource)
+    second = PopagentSession.local("trip-2", root, resource)
     scripted.script(CallTools([("recall", {"query": "which seat?"})]), Reply("Aisle."))
-    agent2 = agent_for(scripted, memory_tools(memory, resource, session_id="trip-2"))
+    agent2 = agent_for(scripted, memory_tools(root, resource, session_id="trip-2"))
     await Runner.run(agent2, "Book my seat.", session=second, run_config=NO_TRACING)
     recalled = tool_results(scripted.requests[4])[0]
     assert recalled.startswith(HEADER) and "Prefers aisle seats" in recalled
@@ -289,7 +290,7 @@ async def test_runner_keeps_history_and_a_second_session_recalls(
 
 
 async def test_tools_are_audited_without_content(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
     scripted.script(
         # One step, two calls: the scripted server numbers call ids per step, and the
@@ -299,7 +300,7 @@ async def test_tools_are_audited_without_content(
         ),
         Reply("ok"),
     )
-    agent = agent_for(scripted, memory_tools(LocalBackend(memory, resource), session_id="s-a"))
+    agent = agent_for(scripted, memory_tools(LocalBackend(root, resource), session_id="s-a"))
     await Runner.run(agent, "remember my bike", run_config=NO_TRACING)
     rows = await AuditLog(memory.pool).list_audit(resource)
     tools = sorted((r.hook, r.tool, r.outcome, r.session_id) for r in rows)
@@ -314,6 +315,7 @@ async def test_tools_are_audited_without_content(
 
 
 async def test_the_resource_is_fixed_by_configuration(
+    root: Popagent,
     memory: popagent.LongTermMemory,
     resource: str,
     other_resource: str,
@@ -328,7 +330,7 @@ async def test_the_resource_is_fixed_by_configuration(
         ),
         Reply("ok"),
     )
-    tools = memory_tools(memory, resource)
+    tools = memory_tools(root, resource)
     assert "resource" not in json.dumps([t.params_json_schema for t in tools])
     agent = agent_for(scripted, list(tools))
     await Runner.run(agent, "hi", run_config=NO_TRACING)
@@ -343,7 +345,7 @@ async def test_the_resource_is_fixed_by_configuration(
 
 
 async def test_a_credential_is_refused_readably(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
     scripted.script(
         CallTools(
@@ -351,7 +353,7 @@ async def test_a_credential_is_refused_readably(
         ),
         Reply("ok"),
     )
-    agent = agent_for(scripted, memory_tools(memory, resource))
+    agent = agent_for(scripted, memory_tools(root, resource))
     await Runner.run(agent, "keep my key", run_config=NO_TRACING)
     refusal, not_json = tool_results(scripted.requests[1])
     assert refusal.startswith("Refused, nothing was stored:")
@@ -364,13 +366,15 @@ async def test_a_credential_is_refused_readably(
 
 
 @pytest.fixture
-async def remote(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[Any]:
-    async with api_client(memory, resource) as client:
+async def remote(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> AsyncIterator[Any]:
+    async with api_client(root, resource) as client:
         yield client
 
 
 async def test_remote_session_round_trip(
-    memory: popagent.LongTermMemory, resource: str, remote: Any
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, remote: Any
 ) -> None:
     session = PopagentSession.remote("remote-1", http=remote)
     assert await session.get_items() == []
@@ -379,7 +383,7 @@ async def test_remote_session_round_trip(
     assert await session.get_items() == EVERY_KIND
     assert await session.get_items(limit=2) == EVERY_KIND[-2:]
     # The server's resource: the same rows a local session of it reads.
-    assert await PopagentSession.local("remote-1", memory, resource).get_items() == EVERY_KIND
+    assert await PopagentSession.local("remote-1", root, resource).get_items() == EVERY_KIND
     assert await session.pop_item() == EVERY_KIND[-1]
     await session.clear_session()
     assert await session.get_items() == []
@@ -478,26 +482,26 @@ def test_example_runs_offline(tmp_path: Path) -> None:
 
 
 async def test_session_settings_are_normalized_like_the_sdks(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    default = PopagentSession.local("s-default", memory, resource)
+    default = PopagentSession.local("s-default", root, resource)
     assert default.session_settings == SessionSettings()
-    given = PopagentSession.local("s-given", memory, resource, session_settings={"limit": 0})
+    given = PopagentSession.local("s-given", root, resource, session_settings={"limit": 0})
     assert isinstance(given.session_settings, SessionSettings)
     assert given.session_settings == SessionSettings(limit=0)
     assert given.session_settings.resolve({"limit": 4}).limit == 4
     with pytest.raises(TypeError, match="Unknown session settings: limitt"):
-        PopagentSession.local("s-bad", memory, resource, session_settings={"limitt": 1})
+        PopagentSession.local("s-bad", root, resource, session_settings={"limitt": 1})
     remote = PopagentSession.remote("s-remote", "http://127.0.0.1:9", session_settings={"limit": 3})
     assert remote.session_settings == SessionSettings(limit=3)
     await remote.close()
 
 
 async def test_run_config_session_settings_override_the_sessions(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
     # The session's settings as a dict and the run's at once (this crashed on 'resolve').
-    session = PopagentSession.local("s-run", memory, resource, session_settings={"limit": 100})
+    session = PopagentSession.local("s-run", root, resource, session_settings={"limit": 100})
     await session.add_items(items([{"role": "user", "content": f"Turn {i}"} for i in range(10)]))
     scripted.script(Reply("Got it"))
     await Runner.run(
@@ -515,8 +519,8 @@ def test_a_session_from_threads_running_their_own_loops(database_url: str, resou
     loop of its own, add items while the loop that opened popagent waits for them."""
 
     async def main() -> list[object]:
-        async with popagent.connect(database_url, max_size=2) as memory:
-            session = PopagentSession.local("concurrent", memory, resource)
+        async with popagent.connect(database_url, max_size=2) as root:
+            session = PopagentSession.local("concurrent", root, resource)
             failures: list[object] = []
 
             def add_item(item: dict[str, Any]) -> None:

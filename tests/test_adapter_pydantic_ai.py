@@ -30,6 +30,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import popagent
+from popagent import Popagent
 from popagent.adapters.backend import LocalBackend
 from popagent.adapters.pydantic_ai import RecallProcessor, memory_capabilities, memory_toolset
 from popagent.agent import AuditLog
@@ -89,14 +90,14 @@ def blocks(messages: list[ModelMessage]) -> list[str]:
 
 
 async def test_toolset_over_http(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
     scripted.script(
         CallTools([("remember", {"content": "Prefers dark mode", "key": "ui.theme"})]),
         Reply("Noted."),
     )
     agent = Agent(
-        scripted_model(scripted), toolsets=[memory_toolset(memory, resource, session_id="p-1")]
+        scripted_model(scripted), toolsets=[memory_toolset(root, resource, session_id="p-1")]
     )
     result = await agent.run("I like dark mode.")
     assert result.output == "Noted."
@@ -113,14 +114,14 @@ async def test_toolset_over_http(
 
 
 async def test_processor_puts_the_labelled_block_first(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     await memory.remember(resource, "Prefers dark mode in every app", key="ui.theme")
     model = Recorder(call("recall", {"query": "theme"}), text("Dark."), text("Still dark."))
     agent = Agent(
         FunctionModel(model),
         instructions="Be brief.",
-        capabilities=memory_capabilities(memory, resource),
+        capabilities=memory_capabilities(root, resource),
     )
     result = await agent.run("Which theme do I like in every app?")
     first = model.requests[0][0]
@@ -148,14 +149,15 @@ async def test_a_block_from_an_earlier_run_is_never_sent_again(
 
     Lexical recall (no embedder), so which facts are relevant to each prompt is
     decided by their words alone, whenever the background vector writer runs."""
-    async with popagent.connect(database_url, embedder=None) as memory:
+    async with popagent.connect(database_url, embedder=None) as root:
+        memory = root.memory
         await memory.remember(resource, "Prefers dark mode in every app", key="ui.theme")
         await memory.remember(resource, "Drinks green tea at breakfast", key="drink")
         model = Recorder(text("Dark."), text("Tea."), text("Hello."))
         agent = Agent(
             FunctionModel(model),
             instructions=instructions,
-            capabilities=[ProcessHistory(RecallProcessor(memory, resource))],
+            capabilities=[ProcessHistory(RecallProcessor(root, resource))],
         )
         first = await agent.run("Which theme do I like in every app?")
         assert len(blocks(first.all_messages())) == 1
@@ -171,14 +173,14 @@ async def test_a_block_from_an_earlier_run_is_never_sent_again(
 
 
 async def test_processor_over_http_sends_the_block_as_the_first_message(
-    memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, scripted: ScriptedModelServer
 ) -> None:
     await memory.remember(resource, "Allergic to peanuts", importance=0.9)
     scripted.script(Reply("No peanuts, then."))
     agent = Agent(
         scripted_model(scripted),
         instructions="Be brief.",
-        capabilities=[ProcessHistory(RecallProcessor(memory, resource))],
+        capabilities=[ProcessHistory(RecallProcessor(root, resource))],
     )
     await agent.run("Any peanuts allergy I told you about?")
     first, second, *_ = scripted.requests[0]["messages"]
@@ -187,17 +189,19 @@ async def test_processor_over_http_sends_the_block_as_the_first_message(
     assert second == {"role": "system", "content": "Be brief."}  # ahead of the instructions
 
 
-async def test_no_memories_no_block(memory: popagent.LongTermMemory, resource: str) -> None:
+async def test_no_memories_no_block(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> None:
     model = Recorder(text("hi"))
     agent = Agent(
-        FunctionModel(model), capabilities=[ProcessHistory(RecallProcessor(memory, resource))]
+        FunctionModel(model), capabilities=[ProcessHistory(RecallProcessor(root, resource))]
     )
     await agent.run("hello there")
     assert blocks(model.requests[0]) == []
 
 
 async def test_the_resource_is_fixed_and_credentials_are_refused(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
     model = Recorder(
         call("remember", {"content": "Likes tea", "resource_id": other_resource}),
@@ -205,7 +209,7 @@ async def test_the_resource_is_fixed_and_credentials_are_refused(
         call("remember", {"content": f"My OpenAI API key is {KEY}"}),
         text("done"),
     )
-    agent = Agent(FunctionModel(model), toolsets=[memory_toolset(LocalBackend(memory, resource))])
+    agent = Agent(FunctionModel(model), toolsets=[memory_toolset(LocalBackend(root, resource))])
     await agent.run("hi")
     seen = returns(model.requests[-1])
     assert seen[0].startswith("Refused, nothing was done: unknown argument 'resource_id'")
@@ -218,11 +222,11 @@ async def test_the_resource_is_fixed_and_credentials_are_refused(
 
 
 async def test_calls_are_audited_without_content(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     model = Recorder(call("remember", {"content": "Owns a red bicycle"}), text("ok"))
     agent = Agent(
-        FunctionModel(model), toolsets=[memory_toolset(memory, resource, session_id="bike")]
+        FunctionModel(model), toolsets=[memory_toolset(root, resource, session_id="bike")]
     )
     await agent.run("remember my bicycle")
     rows = await AuditLog(memory.pool).list_audit(resource)

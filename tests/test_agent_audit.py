@@ -303,7 +303,8 @@ async def test_a_burst_of_calls_keeps_every_row_in_a_few_transactions(
 ) -> None:
     # 600 concurrent calls on a pool of 2 whose checkout timeout is half a second: each
     # call once wrote its rows in a transaction of its own, and under this queue lost them.
-    async with popagent.connect(database_url, max_size=2, checkout_timeout=0.5) as memory:
+    async with popagent.connect(database_url, max_size=2, checkout_timeout=0.5) as root:
+        memory = root.memory
         hooks = HookSet([AuditHook(memory.pool)])
         await asyncio.gather(*(_audited_call(hooks, resource, n) for n in range(600)))
         async with memory.pool.connection() as conn:

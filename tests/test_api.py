@@ -29,6 +29,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "observe",
         "offload",
         "portable",
+        "root",
         "secrets",
         "store",
         "threads",

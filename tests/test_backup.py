@@ -138,7 +138,8 @@ async def digests(url: str) -> dict[str, tuple[str, int]]:
 
 async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> None:
     """Write to every popagent table, for both resources, through popagent's own paths."""
-    async with popagent.connect(url, embedder=LocalEmbedder(), max_size=4) as memory:
+    async with popagent.connect(url, embedder=LocalEmbedder(), max_size=4) as root:
+        memory = root.memory
         threads = ThreadStore(memory.pool)
         settings = MemorySettingsStore(memory.pool)
         secrets = SecretStore(memory.pool, cipher)
@@ -211,7 +212,8 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
         await logins.open(principal)
         await logins.failed("192.0.2.7")
     # A process without a model leaves its memory's vectors pending (for the next worker).
-    async with popagent.connect(url, embedder=None, max_size=1) as lexical:
+    async with popagent.connect(url, embedder=None, max_size=1) as lexical_root:
+        lexical = lexical_root.memory
         await lexical.remember(resources[0], "Noted by a process without a model")
 
 
@@ -254,7 +256,8 @@ async def test_round_trip_restores_every_row_byte_for_byte(
     second = EmbeddedServer(fresh, delete=True)
     try:
         assert await digests(second.url) == before
-        async with popagent.connect(second.url, embedder=LocalEmbedder(), max_size=2) as memory:
+        async with popagent.connect(second.url, embedder=LocalEmbedder(), max_size=2) as root:
+            memory = root.memory
             assert await SecretStore(memory.pool, cipher).reveal(resources[0], "api_token") == (
                 "tok-0-0123456789abcdef"
             )
@@ -271,7 +274,8 @@ async def test_round_trip_restores_every_row_byte_for_byte(
         second.stop()
 
     # (b) into the same database after a cleanup and other writes.
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.cleanup(resources[0], kind=None, older_than=None)
         await memory.remember(resources[1], "A fact written after the backup")
         await ThreadStore(memory.pool).delete_session(resources[1], "s1")
@@ -284,7 +288,8 @@ async def test_round_trip_restores_every_row_byte_for_byte(
     assert await digests(cluster.url) == before
 
     # The sequences came back too: new rows take new ids, and the store works on.
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         result = await memory.remember(resources[0], "A fact written after the restore")
         assert result.action == "created"
         assert await SecretStore(memory.pool, cipher).reveal(resources[1], "api_token") == (
@@ -295,7 +300,8 @@ async def test_round_trip_restores_every_row_byte_for_byte(
 async def test_restore_refuses_what_is_not_a_popagent_backup(
     cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
 ) -> None:
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[0], "Keeps this fact")
     before = await digests(cluster.url)
 
@@ -344,7 +350,8 @@ async def test_restore_refuses_what_is_not_a_popagent_backup(
 async def test_backup_refuses_to_overwrite_without_force(
     cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
 ) -> None:
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[0], "First version of the data")
     archive = tmp_path / "kept.backup"
     archive.write_bytes(b"something precious")
@@ -368,12 +375,14 @@ async def test_backup_refuses_to_overwrite_without_force(
 async def test_restore_refuses_while_another_client_is_connected(
     cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
 ) -> None:
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[0], "Backed-up fact")
     archive = tmp_path / "p.backup"
     assert cli("--database-url", cluster.url, "backup", str(archive)).returncode == 0
     before = await digests(cluster.url)
-    async with popagent.connect(cluster.url, min_size=2, max_size=2) as memory:
+    async with popagent.connect(cluster.url, min_size=2, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[0], "Written while a server runs")
         assert await memory.wait_for_vectors(resources[0]) == 0
         after_write = await digests(cluster.url)
@@ -389,11 +398,13 @@ async def test_restore_refuses_while_another_client_is_connected(
 async def test_restore_asks_first_and_changes_nothing_when_it_fails(
     cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
 ) -> None:
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[0], "Backed-up fact")
     archive = tmp_path / "p.backup"
     assert cli("--database-url", cluster.url, "backup", str(archive)).returncode == 0
-    async with popagent.connect(cluster.url, max_size=2) as memory:
+    async with popagent.connect(cluster.url, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resources[1], "A fact the backup does not hold")
     changed = await digests(cluster.url)
 
@@ -450,7 +461,8 @@ async def popagent_database(cluster: Cluster, name: str, resource: str) -> str:
     """A new database of the cluster, migrated, with a fact and a session; its URL."""
     await admin(cluster.url, f"CREATE DATABASE {name}")
     url = database_url(cluster, name)
-    async with popagent.connect(url, embedder=None, max_size=1) as memory:
+    async with popagent.connect(url, embedder=None, max_size=1) as root:
+        memory = root.memory
         await memory.remember(resource, f"Keeps notes in {name}")
         await ThreadStore(memory.pool).create_session(resource, "s1", title="A session")
     return url
@@ -472,7 +484,8 @@ async def test_restore_refuses_objects_popagent_does_not_create(
     cluster: Cluster, tmp_path: Path, resources: tuple[str, str]
 ) -> None:
     """Backups of a popagent database to which something was added are refused, naming it."""
-    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as root:
+        memory = root.memory
         await memory.remember(resources[0], "The target's own fact")
     before = await digests(cluster.url)
     source = await popagent_database(cluster, "crafted", resources[1])
@@ -547,7 +560,8 @@ async def test_an_edited_backup_runs_nothing(
     (in a definition popagent never reads) ignored; raw pg_restore would have run each."""
     from tests import pg_archive
 
-    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as root:
+        memory = root.memory
         await memory.remember(resources[0], "The target's own fact")
     before = await digests(cluster.url)
     source = await popagent_database(cluster, "edited", resources[1])
@@ -618,7 +632,8 @@ async def test_the_rows_are_loaded_by_a_role_that_cannot_run_programs(
     # The role a superuser's restore loads through: it may insert popagent's rows, and
     # can neither run a program nor read or write the server's files.
     marker = cluster.data_dir / "pgdata" / "ran"  # writable by the server's OS user
-    async with popagent.connect(cluster.url, embedder=None, max_size=1) as memory:
+    async with popagent.connect(cluster.url, embedder=None, max_size=1) as root:
+        memory = root.memory
         await memory.remember(resources[0], "A fact")
     async with await psycopg.AsyncConnection.connect(cluster.url) as conn:
         role = await _loading_role(conn, ["popagent_sessions"], ["popagent_messages_id_seq"])

@@ -101,7 +101,8 @@ def test_bad_input_is_a_clear_error(cli: CliRunner, database_url: str, res: str)
 
 def test_episodes_cleanup_and_maintain(cli: CliRunner, database_url: str, res: str) -> None:
     async def seed() -> int:
-        async with popagent.connect(database_url) as memory:
+        async with popagent.connect(database_url) as root:
+            memory = root.memory
             episode = await memory.retain_episode(res, "s1", "Booked the dentist", "Noted.")
             assert episode is not None
             return episode.id
@@ -206,7 +207,8 @@ def test_history_restore_purge_and_expiry(cli: CliRunner, database_url: str, res
 
 def test_recall_explain_shows_provenance(cli: CliRunner, database_url: str, res: str) -> None:
     async def seed() -> None:
-        async with popagent.connect(database_url) as memory:
+        async with popagent.connect(database_url) as root:
+            memory = root.memory
             await memory.remember(
                 res,
                 "Keeps bees on the roof",

@@ -106,7 +106,8 @@ def test_sessions_list_show_rename_and_delete_which_keeps_the_fact(
 
 
 async def _reveal(url: str, res: str, key: str, name: str) -> str:
-    async with popagent.connect(url) as memory:
+    async with popagent.connect(url) as root:
+        memory = root.memory
         return await SecretStore(memory.pool, load_cipher({SECRET_KEY_ENV: key})).reveal(res, name)
 
 

@@ -39,6 +39,7 @@ from popagent.client import (
 )
 from popagent.errors import ConflictError, NotFoundError, TurnFailedError, ValidationError
 from popagent.models import FactVersion, MaintenanceReport, MemoryFilter
+from popagent.models import PurgeReport as LibraryPurgeReport
 from popagent.store.purge import PURGE_TABLES
 from tests.credential_corpus import CORPUS
 from tests.fault_support import ServeProcess, clean_env, wait_for
@@ -110,9 +111,16 @@ def test_fact_crud_and_paging(client: Client) -> None:
     fact = client.create_fact(f"  Prefers   green tea {tag} ", key=key.upper(), importance=0.7)
     assert (fact.content, fact.key, fact.importance) == (f"Prefers green tea {tag}", key, 0.7)
     assert fact.resource_id == RESOURCE and fact.kind == "fact"
-    assert client.get_fact(fact.id) == fact
-    assert client.get_memory(fact.id) == fact
+    assert client.get(fact.id, kind="fact") == fact
+    assert client.get(fact.id) == fact
+    with pytest.raises(NotFoundError, match=f"no episode {fact.id} "):
+        client.get(fact.id, kind="episode")
+    with pytest.raises(ValidationError) as bad_kind:
+        client.get(fact.id, kind="facts")  # type: ignore[arg-type]
+    assert bad_kind.value.field == "kind"
+    # A fact by its key is a list with the key filter, as in the library (normalized).
     assert client.list(MemoryFilter(kind="fact", key=key)).items == (fact,)
+    assert client.list(MemoryFilter(kind="fact", key=f" {key.upper()} ")).items == (fact,)
 
     others = [client.create_fact(f"Paging fact {i} {tag}") for i in range(3)]
     everything = client.list(MemoryFilter(kind="fact", text=tag, limit=200))
@@ -136,11 +144,13 @@ def test_fact_crud_and_paging(client: Client) -> None:
     keyless = client.update_fact(fact.id, key=None)
     assert keyless.key is None and keyless.content == updated.content
 
-    client.delete_fact(fact.id)
+    client.delete(fact.id)  # no kind: the client learns it, as the library does
     with pytest.raises(NotFoundError):
-        client.get_fact(fact.id)
-    with pytest.raises(NotFoundError):
-        client.delete_fact(fact.id)
+        client.get(fact.id, kind="fact")
+    with pytest.raises(NotFoundError, match=f"no memory {fact.id} "):
+        client.delete(fact.id)
+    with pytest.raises(NotFoundError, match=f"no fact {fact.id} "):
+        client.delete(fact.id, kind="fact")
 
 
 def test_errors_name_the_field_and_say_what_happened(client: Client, server: ServeProcess) -> None:
@@ -166,7 +176,7 @@ def test_errors_name_the_field_and_say_what_happened(client: Client, server: Ser
     with pytest.raises(ConflictError):
         client.create_fact(unique("Same key"), key=fact.key)
     with pytest.raises(NotFoundError):
-        client.get_fact(2**62)
+        client.get(2**62, kind="fact")
     with pytest.raises(NotFoundError):
         client.get_session(unique("no-such-session").replace(" ", "-"))
 
@@ -199,9 +209,19 @@ def test_chat_sessions_and_episodes(client: Client, model: ScriptedModelServer) 
     assert reply.episode_id is not None
     client.chat(session, "And a second message.")
 
-    episode = client.get_episode(reply.episode_id)
+    episode = client.get(reply.episode_id, kind="episode")
     assert episode.kind == "episode" and episode.session_id == session
-    assert client.get_memory(episode.id) == episode
+    assert client.get(episode.id) == episode
+    with pytest.raises(NotFoundError):
+        client.get(episode.id, kind="fact")
+    with pytest.raises(NotFoundError):
+        client.delete(episode.id, kind="fact")
+    # An episode has no history to purge: refused, by kind or once its kind is known.
+    for kind in ("episode", None):
+        with pytest.raises(ValidationError) as no_history:
+            client.delete(episode.id, kind=kind, purge=True)
+        assert no_history.value.field == "purge"
+    assert client.get(episode.id) == episode
     episodes = client.list(MemoryFilter(kind="episode", session_id=session))
     assert len(episodes.items) == 2 and episodes.next_offset is None
     one_by_one = client.iter(MemoryFilter(kind="episode", session_id=session, limit=1))
@@ -226,9 +246,9 @@ def test_chat_sessions_and_episodes(client: Client, model: ScriptedModelServer) 
     state = client.observations(session)
     assert state.session_id == session and state.generations == () and state.groups == ()
 
-    client.delete_episode(episode.id)
+    client.delete(episode.id, kind="episode")
     with pytest.raises(NotFoundError):
-        client.get_episode(episode.id)
+        client.get(episode.id, kind="episode")
     client.delete_session(session)
     with pytest.raises(NotFoundError):
         client.list_messages(session)
@@ -304,10 +324,10 @@ def test_recall_settings_maintenance_cleanup(client: Client) -> None:
     assert isinstance(client.maintain(), MaintenanceReport)
     past = datetime.now(UTC) - timedelta(days=3650)
     assert client.cleanup(confirm=True, kind="fact", older_than=past) == 0
-    assert client.get_fact(fact.id).id == fact.id  # older than ten years ago: no
+    assert client.get(fact.id, kind="fact").id == fact.id  # older than ten years ago: no
     assert client.cleanup(confirm=True, kind="fact") >= 1
     with pytest.raises(NotFoundError):
-        client.get_fact(fact.id)
+        client.get(fact.id, kind="fact")
 
 
 def test_fact_expiry_versions_restore_and_purged_delete(client: Client) -> None:
@@ -353,19 +373,19 @@ def test_fact_expiry_versions_restore_and_purged_delete(client: Client) -> None:
     squatter = client.create_fact(f"Lives in Faro {tag}", key=key)
     with pytest.raises(ConflictError):
         client.restore_fact(fact.id, 1)
-    assert client.get_fact(fact.id).key == f"{key}.old"
-    client.delete_fact(squatter.id, purge=True)
+    assert client.get(fact.id, kind="fact").key == f"{key}.old"
+    client.delete(squatter.id, kind="fact", purge=True)
 
     # A deleted fact keeps its history and comes back under its id; a purged one does not.
-    client.delete_fact(fact.id)
+    client.delete(fact.id, kind="fact")
     with pytest.raises(NotFoundError):
-        client.get_fact(fact.id)
+        client.get(fact.id, kind="fact")
     gone = client.fact_history(fact.id)
     assert gone.current is None
     assert (gone.versions[0].ended, gone.versions[0].key) == ("deleted", f"{key}.old")
     back = client.restore_fact(fact.id, gone.versions[0].version)
     assert (back.id, back.key) == (fact.id, f"{key}.old")
-    client.delete_fact(fact.id, purge=True)
+    client.delete(fact.id, kind="fact", purge=True)
     with pytest.raises(NotFoundError):
         client.fact_history(fact.id)
     with pytest.raises(NotFoundError):
@@ -384,8 +404,8 @@ def test_fact_expiry_versions_restore_and_purged_delete(client: Client) -> None:
     with pytest.raises(ValidationError) as late:
         client.update_fact(keep.id, content=unique("changed"), expires_at=past)
     assert late.value.field == "expires_at"
-    assert client.get_fact(keep.id) == keep
-    client.delete_fact(keep.id, purge=True)
+    assert client.get(keep.id, kind="fact") == keep
+    client.delete(keep.id, kind="fact", purge=True)
 
 
 def test_expired_fact_ends_at_maintenance(client: Client) -> None:
@@ -397,18 +417,18 @@ def test_expired_fact_ends_at_maintenance(client: Client) -> None:
     while datetime.now(UTC) <= soon:  # bounded: the expiry is two seconds away
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert client.get_fact(fact.id).id == fact.id  # readable until maintenance
+    assert client.get(fact.id, kind="fact").id == fact.id  # readable until maintenance
     assert fact.id not in {r.memory.id for r in client.recall(f"parked level three {tag}").results}
     report = client.maintain()
     assert report.expired_facts == 1  # no other test writes an expiry this close
     with pytest.raises(NotFoundError):
-        client.get_fact(fact.id)
+        client.get(fact.id, kind="fact")
     history = client.fact_history(fact.id)
     assert history.current is None
     assert [(v.ended, v.ended_origin) for v in history.versions] == [("expired", "maintenance")]
     restored = client.restore_fact(fact.id, 1)
     assert (restored.content, restored.expires_at) == (fact.content, None)  # past: dropped
-    client.delete_fact(fact.id, purge=True)
+    client.delete(fact.id, kind="fact", purge=True)
 
 
 def test_session_writes_and_revert(client: Client, model: ScriptedModelServer) -> None:
@@ -454,17 +474,17 @@ def test_session_writes_and_revert(client: Client, model: ScriptedModelServer) -
     assert isinstance(report, RevertReport)
     assert report.restored == (kept.id,) and report.skipped == ()
     assert sorted(report.deleted) == sorted([new.id, reply.episode_id])
-    home = client.get_fact(kept.id)
+    home = client.get(kept.id, kind="fact")
     assert (home.content, home.origin) == (kept.content, "api")
     with pytest.raises(NotFoundError):
-        client.get_fact(new.id)
+        client.get(new.id, kind="fact")
     with pytest.raises(NotFoundError):
-        client.get_episode(reply.episode_id)
+        client.get(reply.episode_id, kind="episode")
     assert client.session_writes(session).memories == ()
     # What was undone stays in history: the session's value among it.
     assert client.fact_history(kept.id).versions[0].content == f"Lives in Lisbon {tag}"
     client.delete_session(session)
-    client.delete_fact(kept.id, purge=True)
+    client.delete(kept.id, kind="fact", purge=True)
 
 
 def test_session_items(client: Client) -> None:
@@ -573,8 +593,8 @@ async def test_async_client_covers_the_api(
         assert (await client.info()).resource_id == RESOURCE
 
         fact = await client.create_fact(f"Async fact about otters {tag}", key=f"otters-{tag}")
-        assert await client.get_fact(fact.id) == fact
-        assert await client.get_memory(fact.id) == fact
+        assert await client.get(fact.id, kind="fact") == fact
+        assert await client.get(fact.id) == fact
         assert (await client.list(MemoryFilter(kind="fact", key=f"otters-{tag}"))).items == (fact,)
         assert [m async for m in client.iter(MemoryFilter(kind="fact", text=tag, limit=1))] == [
             fact
@@ -606,7 +626,7 @@ async def test_async_client_covers_the_api(
                     pass
 
         assert reply.episode_id is not None
-        episode = await client.get_episode(reply.episode_id)
+        episode = await client.get(reply.episode_id, kind="episode")
         assert episode.session_id == session
         episodes = MemoryFilter(kind="episode", session_id=session)
         assert len((await client.list(episodes)).items) == 2
@@ -631,13 +651,18 @@ async def test_async_client_covers_the_api(
         assert (await client.reset_settings()).value("observation_threshold_tokens") == 30_000
         assert isinstance(await client.maintain(), MaintenanceReport)
 
-        await client.delete_episode(episode.id)
+        with pytest.raises(ValidationError) as no_history:
+            await client.delete(episode.id, purge=True)
+        assert no_history.value.field == "purge"
+        await client.delete(episode.id)  # no kind: learnt from the episode itself
+        with pytest.raises(NotFoundError):
+            await client.get(episode.id)
         await client.delete_session(session)
         with pytest.raises(NotFoundError):
             await client.get_session(session)
-        await client.delete_fact(fact.id)
+        await client.delete(fact.id, kind="fact")
         with pytest.raises(NotFoundError):
-            await client.get_fact(fact.id)
+            await client.get(fact.id, kind="fact")
         assert await client.cleanup(confirm=True, kind="episode") >= 1
         assert [
             m async for m in apaged(lambda o: client.list(MemoryFilter(kind="episode", offset=o)))
@@ -671,12 +696,12 @@ async def test_async_client_history_writes_items(
         assert (restored.content, restored.version) == (fact.content, 4)
         with pytest.raises(NotFoundError):
             await client.restore_fact(fact.id, 50)
-        await client.delete_fact(fact.id)
+        await client.delete(fact.id, kind="fact")
         gone = await client.fact_history(fact.id)
         assert gone.current is None and gone.versions[0].ended == "deleted"
         back = await client.restore_fact(fact.id, gone.versions[0].version)
         assert back.id == fact.id
-        await client.delete_fact(fact.id, purge=True)
+        await client.delete(fact.id, kind="fact", purge=True)
         with pytest.raises(NotFoundError):
             await client.fact_history(fact.id)
         with pytest.raises(ValidationError) as past:
@@ -685,7 +710,7 @@ async def test_async_client_history_writes_items(
         expiring = await client.create_fact(f"Async expiring {tag}", expires_at=later)
         assert expiring.expires_at == later
         assert (await client.maintain()).expired_facts == 0  # a day away: stays
-        await client.delete_fact(expiring.id, purge=True)
+        await client.delete(expiring.id, kind="fact", purge=True)
 
         # A turn's episode is the session's write; reverting deletes it.
         model.script(Reply("Herons stand very still."))
@@ -773,7 +798,7 @@ async def test_remote_backend_remember_with_expiry(server: ServeProcess) -> None
         assert same.action == "unchanged" and same.memory.version == 1
         lasting = await backend.remember(f"Is in Oslo until Friday {tag}", key=key)
         assert lasting.action == "updated" and lasting.memory.expires_at is None
-        assert (await client.get_fact(created.memory.id)).expires_at is None
+        assert (await client.get(created.memory.id, kind="fact")).expires_at is None
 
         loose = await backend.remember(f"Waters the ferns {tag}", importance=0.6)
         dated = await backend.remember(f"Waters the ferns {tag}", importance=0.2, expires_at=later)
@@ -788,7 +813,7 @@ async def test_remote_backend_remember_with_expiry(server: ServeProcess) -> None
             )
         assert past.value.field == "expires_at"
         for memory in (created.memory, loose.memory):
-            await client.delete_fact(memory.id, purge=True)
+            await client.delete(memory.id, kind="fact", purge=True)
 
 
 # --- purge (last: it empties the module's resource) -------------------------------------------
@@ -805,12 +830,12 @@ async def test_purge_empties_the_resource_in_both_clients(
     with pytest.raises(ValidationError) as unconfirmed:
         client.purge(confirm=False)
     assert unconfirmed.value.field == "confirm"
-    assert client.get_fact(fact.id).id == fact.id
+    assert client.get(fact.id, kind="fact").id == fact.id
 
     report = client.purge(confirm=True)
-    assert isinstance(report, PurgeReport)
-    assert [table for table, _ in report.deleted] == list(PURGE_TABLES)
-    assert report.total == sum(n for _, n in report.deleted)
+    assert isinstance(report, PurgeReport) and type(report) is LibraryPurgeReport
+    assert list(report.deleted) == list(PURGE_TABLES)
+    assert report.total == sum(report.deleted.values())
     assert report.count("popagent_memories") >= 1 and report.count("popagent_fact_versions") >= 1
     assert report.count("popagent_sessions") >= 1 and report.count("popagent_messages") >= 1
     assert report.count("popagent_memory_settings") == 1

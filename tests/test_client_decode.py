@@ -32,6 +32,7 @@ from popagent.models import (
     ObservationLog,
     Observations,
     Page,
+    PurgeReport,
     RecallPreview,
     RecallResult,
     RevertReport,
@@ -103,6 +104,7 @@ VALUES: list[tuple[Any, Any]] = [
         ),
     ),
     (MaintenanceReport, MaintenanceReport(1, 2, 3)),
+    (PurgeReport, PurgeReport({"popagent_memories": 2, "popagent_audit": 0}, 2, ("x",), "why")),
     (Health, Health("unavailable", "OperationalError")),
     (
         Settings,
@@ -155,6 +157,8 @@ def test_a_field_an_older_server_lacks_takes_its_default() -> None:
         (Memory, {k: v for k, v in FACT.to_json().items() if k != "content"}),
         (Memory, {**FACT.to_json(), "created_at": "yesterday"}),
         (Page[Memory], {"items": "nope", "limit": 1, "offset": 0, "next_offset": None}),
+        # The API's ``deleted`` is an object (table to rows), never pairs.
+        (PurgeReport, {"deleted": [["popagent_memories", 1]], "total": 1, "vacuumed": []}),
     ],
 )
 def test_a_body_that_does_not_fit_is_refused_whole(shape: Any, body: Any) -> None:

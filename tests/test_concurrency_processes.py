@@ -56,7 +56,8 @@ def _outcome(value: object) -> dict[str, Any]:
 
 
 async def _work(url: str, worker: int, resources: dict[str, str]) -> None:
-    async with popagent.connect(url, min_size=TASKS, max_size=TASKS) as memory:
+    async with popagent.connect(url, min_size=TASKS, max_size=TASKS) as root:
+        memory = root.memory
         for scenario in SCENARIOS:
             print("ready", flush=True)
             line = await asyncio.to_thread(sys.stdin.readline)

@@ -23,7 +23,7 @@ from mcp import Client
 from psycopg import sql
 
 import popagent
-from popagent.agent import Agent
+from popagent import Popagent
 from popagent.checks import is_blank
 from popagent.cli import main
 from popagent.credentials import find_credentials, redact_credentials, redact_json_text
@@ -227,14 +227,15 @@ def _row_count(url: str, table: str) -> int:
 
 
 async def test_no_corpus_value_is_stored_by_any_write_path(
-    scratch: popagent.LongTermMemory,
+    scratch_root: Popagent,
     scratch_url: str,
     chat_model: OpenAIChatModel,
     scripted: ScriptedModelServer,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    memory = scratch
+    root = scratch_root
+    memory = root.memory
     threads = ThreadStore(memory.pool)
     kept = await memory.create_fact(RESOURCE, "Prefers green tea", key="drink")
 
@@ -266,7 +267,7 @@ async def test_no_corpus_value_is_stored_by_any_write_path(
     # Agent turns: the user message carries the secret, the reply echoes it, and some
     # turns call tools whose arguments carry it (remember refuses; ping is refused for
     # its unknown arguments): in a sentence, and alone under a "password" field.
-    agent = Agent(memory, threads, chat_model, tools=[CountingTool("ping")])
+    agent = root.agent(chat_model, tools=[CountingTool("ping")])
     for i, secret in enumerate(CORPUS):
         echo = Reply(f"You told me: {secret.sentence}")
         if i % 3 == 0:
@@ -309,7 +310,7 @@ async def test_no_corpus_value_is_stored_by_any_write_path(
     # The HTTP API: facts refuse with 422 naming the field; chat turns store no value.
     app = create_app(
         ServerConfig(resource_id=RESOURCE, maintenance_interval_s=None),
-        memory=memory,
+        root=root,
         model=chat_model,
     )
     async with in_process(app) as api:
@@ -535,7 +536,7 @@ _GUIDANCE = "SELECT observer_guidance, reflector_guidance FROM popagent_memory_s
 
 
 async def test_no_corpus_value_is_stored_by_any_other_surface(
-    scratch: popagent.LongTermMemory,
+    scratch_root: Popagent,
     scratch_url: str,
     chat_model: OpenAIChatModel,
     scripted: ScriptedModelServer,
@@ -553,7 +554,8 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
     from popagent.store import observations as obs_sql
     from tests.gui_support import post_form
 
-    memory = scratch
+    root = scratch_root
+    memory = root.memory
     threads = ThreadStore(memory.pool)
     settings = MemorySettingsStore(memory.pool)
     runner = CliRunner()
@@ -599,7 +601,7 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
 
     # The OpenAI Agents SDK session (framework items, local), LangGraph's store, the
     # LangChain and Pydantic AI memory tools.
-    agents_session = PopagentSession.local("agents-sdk", memory, RESOURCE)
+    agents_session = PopagentSession.local("agents-sdk", root, RESOURCE)
     items: list[Any] = []
     for i, secret in enumerate(CORPUS):
         items.append({"role": "user", "content": secret.sentence})
@@ -611,8 +613,8 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
             {"type": "function_call_output", "call_id": f"c{i}", "output": secret.sentence}
         )
     await agents_session.add_items(items)
-    store = PopagentStore(memory, RESOURCE)
-    tools = {t.name: t for t in memory_tools(memory, RESOURCE, session_id="langchain")}
+    store = PopagentStore(root, RESOURCE)
+    tools = {t.name: t for t in memory_tools(root, RESOURCE, session_id="langchain")}
     config: RunnableConfig = {"configurable": {"thread_id": "langchain"}}
     for i, secret in enumerate(CORPUS):
         try:
@@ -630,7 +632,7 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
 
     pydantic_agent = PydanticAgent(
         FunctionModel(pydantic_model),
-        toolsets=[memory_toolset(memory, RESOURCE, session_id="pydantic")],
+        toolsets=[memory_toolset(root, RESOURCE, session_id="pydantic")],
     )
     for secret in CORPUS:
         await pydantic_agent.run(secret.sentence)
@@ -639,7 +641,7 @@ async def test_no_corpus_value_is_stored_by_any_other_surface(
     # checked in the row at once, the sessions and chats by the final scan).
     app = create_app(
         ServerConfig(resource_id=RESOURCE, maintenance_interval_s=None),
-        memory=memory,
+        root=root,
         model=chat_model,
     )
     await threads.create_session(RESOURCE, "web", title="Web")

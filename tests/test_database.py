@@ -66,12 +66,14 @@ async def test_connect_without_url_starts_and_stops_an_embedded_server(
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     data_dir = tmp_path / "data"
     cluster = data_dir / "pgdata"
-    async with popagent.connect(data_dir=data_dir) as memory:
+    async with popagent.connect(data_dir=data_dir) as root:
+        memory = root.memory
         await memory.remember("popagent-user", "Persisted across restarts")
         assert (cluster / "PG_VERSION").exists()
         assert (cluster / "postmaster.pid").exists()
     assert not (cluster / "postmaster.pid").exists()  # stopped cleanly
-    async with popagent.connect(data_dir=data_dir) as memory:
+    async with popagent.connect(data_dir=data_dir) as root:
+        memory = root.memory
         facts = await memory.list("popagent-user", MemoryFilter(kind="fact"))
         assert [f.content for f in facts] == ["Persisted across restarts"]
     assert not (cluster / "postmaster.pid").exists()
@@ -155,7 +157,8 @@ async def _use(pool: Pool, seconds: float = 0.0) -> None:
 async def test_a_burst_larger_than_the_pool_waits_in_line(database_url: str) -> None:
     # 100 callers on 2 connections, each holding one 20 ms: the last waits about 1 s,
     # twice the checkout timeout, which now bounds only waits for a server known away.
-    async with popagent.connect(database_url, max_size=2, checkout_timeout=0.5) as memory:
+    async with popagent.connect(database_url, max_size=2, checkout_timeout=0.5) as root:
+        memory = root.memory
         outcomes = await asyncio.gather(
             *(_use(memory.pool, 0.02) for _ in range(100)), return_exceptions=True
         )
@@ -165,7 +168,8 @@ async def test_a_burst_larger_than_the_pool_waits_in_line(database_url: str) -> 
             DEFAULT_QUEUE_TIMEOUT + 0.5,
             DEFAULT_QUEUE_TIMEOUT,
         )
-    async with popagent.connect(database_url) as memory:
+    async with popagent.connect(database_url) as root:
+        memory = root.memory
         pool = memory.pool
         assert (pool.checkout_timeout, pool.queue_timeout, pool.queue_limit) == (
             DEFAULT_CHECKOUT_TIMEOUT,
@@ -181,9 +185,10 @@ async def test_a_burst_larger_than_the_pool_waits_in_line(database_url: str) -> 
 
 async def test_past_the_queue_limits_a_caller_gets_a_busy_error(database_url: str) -> None:
     async with (
-        popagent.connect(database_url, max_size=1, queue_timeout=0.3, queue_limit=1) as memory,
-        memory.pool.connection(),
+        popagent.connect(database_url, max_size=1, queue_timeout=0.3, queue_limit=1) as root,
+        root.pool.connection(),
     ):
+        memory = root.memory
         began = time.monotonic()
         with pytest.raises(errors.DatabaseBusyError, match="stayed in use") as waited:
             await _use(memory.pool)
@@ -206,7 +211,8 @@ async def test_past_the_queue_limits_a_caller_gets_a_busy_error(database_url: st
 async def test_a_server_known_away_ends_the_wait_within_the_checkout_timeout(
     database_url: str,
 ) -> None:
-    async with popagent.connect(database_url, max_size=1, checkout_timeout=0.5) as memory:
+    async with popagent.connect(database_url, max_size=1, checkout_timeout=0.5) as root:
+        memory = root.memory
         pool = memory.pool
         async with pool.connection():
             waiter = asyncio.ensure_future(_use(pool))
@@ -266,7 +272,8 @@ async def test_a_silent_server_is_found_away_by_the_probe() -> None:
 async def test_a_busy_pool_is_not_probed_away(database_url: str) -> None:
     # Callers wait far longer than the checkout timeout, yet connections keep coming
     # back: busy, never marked away.
-    async with popagent.connect(database_url, max_size=1, checkout_timeout=0.2) as memory:
+    async with popagent.connect(database_url, max_size=1, checkout_timeout=0.2) as root:
+        memory = root.memory
         outcomes = await asyncio.gather(
             *(_use(memory.pool, 0.05) for _ in range(20)), return_exceptions=True
         )
@@ -301,7 +308,8 @@ def _blocked_owner_run(pool: Pool, threads: int) -> list[object]:
 async def test_callers_on_other_event_loops_get_connections_of_their_own(
     database_url: str,
 ) -> None:
-    async with popagent.connect(database_url, max_size=2) as memory:
+    async with popagent.connect(database_url, max_size=2) as root:
+        memory = root.memory
         got = _blocked_owner_run(memory.pool, 6)  # blocks this loop, the pool's
         assert sorted(got, key=str) == [{"n": n} for n in range(6)]
         await _use(memory.pool)  # the pool itself is untouched
@@ -309,7 +317,8 @@ async def test_callers_on_other_event_loops_get_connections_of_their_own(
 
 
 async def test_cancellation_is_never_translated(database_url: str) -> None:
-    async with popagent.connect(database_url, max_size=1) as memory:
+    async with popagent.connect(database_url, max_size=1) as root:
+        memory = root.memory
         entered = asyncio.Event()
 
         async def hold() -> None:

@@ -52,7 +52,8 @@ def client(server: EmbeddingServer, name: str = "scripted-384") -> OpenAIEmbedde
 @pytest.fixture
 async def semantic(database_url: str, server: EmbeddingServer) -> AsyncIterator[LongTermMemory]:
     embedder = client(server)
-    async with popagent.connect(database_url, embedder=embedder, max_size=4) as memory:
+    async with popagent.connect(database_url, embedder=embedder, max_size=4) as root:
+        memory = root.memory
         yield memory
     await embedder.aclose()
 
@@ -211,11 +212,13 @@ async def test_switching_models_never_mixes_their_vectors(database_url: str, res
         EmbeddingServer(dimensions=384, concepts=CONCEPTS) as new,
     ):
         first, second = client(old, "old-64"), client(new, "new-384")
-        async with popagent.connect(database_url, embedder=first, max_size=2) as memory:
+        async with popagent.connect(database_url, embedder=first, max_size=2) as root:
+            memory = root.memory
             for i in range(6):
                 await memory.retain_episode(resource, "s", f"Anna got married {i}", "lovely")
             assert await memory.wait_for_vectors(resource) == 0
-        async with popagent.connect(database_url, embedder=second, max_size=2) as memory:
+        async with popagent.connect(database_url, embedder=second, max_size=2) as root:
+            memory = root.memory
             await memory.aclose()  # no background worker: the switch is seen before any vector
             results = await memory.recall(resource, "wedding of Anna")
             assert results and all(component(r, "similarity") == 0.0 for r in results)
@@ -364,7 +367,8 @@ def local() -> LocalEmbedder:
 async def test_local_model_end_to_end(
     database_url: str, resource: str, local: LocalEmbedder
 ) -> None:
-    async with popagent.connect(database_url, embedder=local, max_size=2) as memory:
+    async with popagent.connect(database_url, embedder=local, max_size=2) as root:
+        memory = root.memory
         await memory.remember(resource, "Anna got married last Saturday")
         await memory.remember(resource, "The printer is out of toner")
         await memory.remember(resource, "Quarterly taxes are due in April")

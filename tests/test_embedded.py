@@ -278,7 +278,8 @@ async def test_the_embedded_cluster_is_restarted_after_kill_9(
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     caplog.set_level(logging.WARNING, logger="popagent.store")
     pgdata = data_dir / "pgdata"
-    async with popagent.connect(data_dir=data_dir) as memory:
+    async with popagent.connect(data_dir=data_dir) as root:
+        memory = root.memory
         await memory.remember(RESOURCE, "Written before the crash", key="before")
         killed = _postmaster_pid(pgdata)
 
@@ -322,7 +323,8 @@ async def test_the_embedded_cluster_is_restarted_after_kill_9(
 async def test_a_url_pool_recovers_by_itself_once_the_server_is_back(data_dir: Path) -> None:
     server = EmbeddedServer(data_dir)
     try:
-        async with popagent.connect(server.url) as memory:
+        async with popagent.connect(server.url) as root:
+            memory = root.memory
             await memory.remember(RESOURCE, "Kept through the outage")
             assert server.pid is not None
             os.kill(server.pid, signal.SIGKILL)
@@ -359,7 +361,8 @@ async def test_two_processes_share_one_data_dir(
 ) -> None:
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     pgdata = data_dir / "pgdata"
-    async with popagent.connect(data_dir=data_dir) as memory:
+    async with popagent.connect(data_dir=data_dir) as root:
+        memory = root.memory
         await memory.remember(RESOURCE, "Remembered by the library")
         postmaster = _postmaster_pid(pgdata)
         added = await asyncio.to_thread(

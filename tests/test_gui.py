@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from markupsafe import escape
 
 import popagent
+from popagent import Popagent
 from popagent.llm import OpenAIChatModel
 from popagent.models import MemoryFilter
 from popagent.observe.settings import SETTINGS
@@ -642,13 +643,14 @@ async def test_chat_without_a_model_says_how_to_configure_one(gui: httpx.AsyncCl
 
 
 async def test_chat_form_fallback_runs_a_turn(
+    root: Popagent,
     memory: popagent.LongTermMemory,
     resource: str,
     scripted: ScriptedModelServer,
     chat_model: OpenAIChatModel,
 ) -> None:
     scripted.script(Reply("Hello from the model."))
-    async with api_client(memory, resource, chat_model) as client:
+    async with api_client(root, resource, chat_model) as client:
         response = await post_form(client, "/chat/s-1", {"message": "Hi there"})
         assert response.status_code == 303
         assert response.headers["location"] == "/chat/s-1"
@@ -662,6 +664,7 @@ async def test_chat_form_fallback_runs_a_turn(
 
 
 async def test_chat_reply_says_what_remember_stored(
+    root: Popagent,
     memory: popagent.LongTermMemory,
     resource: str,
     scripted: ScriptedModelServer,
@@ -671,7 +674,7 @@ async def test_chat_reply_says_what_remember_stored(
         CallTools([("remember", {"content": "The user prefers tea", "key": "drink"})]),
         Reply("Noted."),
     )
-    async with api_client(memory, resource, chat_model) as client:
+    async with api_client(root, resource, chat_model) as client:
         response = await client.post("/api/sessions/s-tea/chat", json={"message": "I like tea"})
     assert response.status_code == 200, response.text
     (fact,) = await memory.list(resource, MemoryFilter(kind="fact"))
@@ -688,10 +691,10 @@ async def test_chat_reply_says_what_remember_stored(
 
 
 @pytest.fixture
-async def gated(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
+async def gated(root: Popagent, resource: str) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
         ServerConfig(resource_id=resource, maintenance_interval_s=None, token=TOKEN),
-        memory=memory,
+        root=root,
         model_from_env=False,
     )
     async with in_process(app) as client:

@@ -13,6 +13,7 @@ import uuid
 import psycopg
 
 import popagent
+from popagent import Popagent
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from tests.web_support import in_process
@@ -30,7 +31,7 @@ def _outside_fields(html: str) -> str:
 
 
 async def test_bidi_and_zero_width_characters_are_shown_visibly(
-    memory: popagent.LongTermMemory, database_url: str
+    root: Popagent, memory: popagent.LongTermMemory, database_url: str
 ) -> None:
     resource = f"gui-vis-{uuid.uuid4().hex[:8]}"
     fact = await memory.create_fact(resource, f"Pays invoice {RLO}cba{PDF} on Fridays{ZWSP}x")
@@ -43,7 +44,7 @@ async def test_bidi_and_zero_width_characters_are_shown_visibly(
             "INSERT INTO popagent_sessions (resource_id, session_id, title) VALUES (%s, %s, %s)",
             (resource, old_id, f"Legacy {RLO}"),
         )
-    app = create_app(ServerConfig(resource_id=resource, maintenance_interval_s=None), memory=memory)
+    app = create_app(ServerConfig(resource_id=resource, maintenance_interval_s=None), root=root)
     async with in_process(app) as gui:
         pages = {
             "memories": (await gui.get("/")).text,

@@ -103,7 +103,8 @@ def sync_conn(url: str) -> psycopg.Connection[dict[str, Any]]:
 async def seed(url: str, resource: str, bystander: str) -> tuple[int, str]:
     """A fact and a session with messages in ``resource`` (their id and session id),
     and memories, a session and settings in ``bystander``."""
-    async with popagent.connect(url, max_size=2) as memory:
+    async with popagent.connect(url, max_size=2) as root:
+        memory = root.memory
         threads = ThreadStore(memory.pool)
         for r in (bystander, resource):
             fact = (await memory.remember(r, "Keeps bees on the roof", key="hobby")).memory

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from mcp import Client
 
 import popagent
+from popagent import Popagent
 from popagent.agent import AuditLog, RememberTool, ToolContext, ToolRunner
 from popagent.agent.remember import REMEMBER_SPEC
 from popagent.cli import main
@@ -44,13 +45,13 @@ def errlog(tmp_path: Path) -> Any:
         yield f
 
 
-def inproc(memory: popagent.LongTermMemory, resource: str) -> Client:
+def inproc(root: Popagent, resource: str) -> Client:
     """The SDK's client for a ``MemoryServer`` of ``resource`` in this process.
 
     (A context manager in the test body, not a fixture: the SDK's task groups must
     be entered and left in the same task.)
     """
-    return Client(MemoryServer(memory, resource).lowlevel)
+    return Client(MemoryServer(root, resource).lowlevel)
 
 
 def stdio(database_url: str, resource: str, errlog: Any) -> Client:
@@ -264,9 +265,9 @@ async def _turn_tool_text(memory: popagent.LongTermMemory, args: dict[str, Any])
     ],
 )
 async def test_remember_refuses_exactly_as_the_turn_pipeline_does(
-    memory: popagent.LongTermMemory, resource: str, args: dict[str, Any]
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, args: dict[str, Any]
 ) -> None:
-    async with inproc(memory, resource) as client:
+    async with inproc(root, resource) as client:
         result = await client.call_tool("remember", args)
         assert result.is_error and result.structured_content is None
         expected = await _turn_tool_text(memory, args)
@@ -277,9 +278,9 @@ async def test_remember_refuses_exactly_as_the_turn_pipeline_does(
 
 
 async def test_remember_upserts_by_key_with_the_turn_pipelines_wording(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    async with inproc(memory, resource) as client:
+    async with inproc(root, resource) as client:
         first = text_of(await client.call_tool("remember", {"content": THEME, "key": "UI.Theme"}))
         [fact] = await memory.list(resource, MemoryFilter(kind="fact"))
         assert first == f"Stored: created fact #{fact.id} with key 'ui.theme': {THEME}"
@@ -324,8 +325,10 @@ async def test_remember_upserts_by_key_with_the_turn_pipelines_wording(
         assert [strip("#", t) for t in turn] == [strip("#", t) for t in (first, second, same)]
 
 
-async def test_recall_list_and_forget_facts(memory: popagent.LongTermMemory, resource: str) -> None:
-    async with inproc(memory, resource) as client:
+async def test_recall_list_and_forget_facts(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    async with inproc(root, resource) as client:
         empty = await client.call_tool("recall", {"query": "dark mode"})
         assert not empty.is_error and text_of(empty) == "No relevant long-term memories."
         assert empty.structured_content is not None
@@ -384,9 +387,9 @@ async def test_recall_list_and_forget_facts(memory: popagent.LongTermMemory, res
 
 
 async def test_writes_record_origin_mcp_and_history_restores(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    server = MemoryServer(memory, resource)
+    server = MemoryServer(root, resource)
     schemas = {t.name: t.output_schema for t in server.tools}
     async with Client(server.lowlevel) as client:
         stored = await client.call_tool(
@@ -476,9 +479,9 @@ async def test_writes_record_origin_mcp_and_history_restores(
 
 
 async def test_episodes_are_readable_not_writable(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
-    async with inproc(memory, resource) as client:
+    async with inproc(root, resource) as client:
         assert text_of(await client.call_tool("list_episodes", {})) == "No episodes are stored."
         first = await memory.retain_episode(
             resource, "s1", "Plan my trip to Ghent", "Here is a plan."
@@ -526,9 +529,9 @@ async def test_episodes_are_readable_not_writable(
 
 
 async def test_unknown_tools_and_arguments_are_tool_errors(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    async with inproc(memory, resource) as client:
+    async with inproc(root, resource) as client:
         unknown = await client.call_tool("delete_everything", {})
         assert unknown.is_error
         assert text_of(unknown) == (
@@ -550,9 +553,9 @@ async def test_unknown_tools_and_arguments_are_tool_errors(
 
 
 async def test_structured_results_match_their_output_schemas(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    async with inproc(memory, resource) as client:
+    async with inproc(root, resource) as client:
         await memory.remember(resource, THEME, key="ui.theme")
         episode = await memory.retain_episode(resource, "s1", "Do I like dark mode?", "Yes.")
         assert episode is not None
@@ -574,12 +577,12 @@ async def test_structured_results_match_their_output_schemas(
 
 
 async def test_hooks_see_every_call_and_a_server_without_hooks_writes_no_audit(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    async with Client(MemoryServer(memory, resource, hooks=[]).lowlevel) as c:
+    async with Client(MemoryServer(root, resource, hooks=[]).lowlevel) as c:
         await c.call_tool("remember", {"content": THEME})
     assert await AuditLog(memory.pool).list_audit(resource) == []
-    server = MemoryServer(memory, resource)
+    server = MemoryServer(root, resource)
     async with Client(server.lowlevel) as c:
         await c.call_tool("recall", {"query": "dark"})
         await c.call_tool("nope", {})

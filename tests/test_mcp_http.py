@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 import popagent
+from popagent import Popagent
 from popagent.agent import AuditLog
 from popagent.cli import main
 from popagent.errors import ValidationError
@@ -57,7 +58,7 @@ def token_url(database_url: str, resource: str, tmp_path: Path) -> Iterator[str]
 
 
 async def test_http_serves_on_loopback_and_remembers_across_connections(
-    url: str, memory: popagent.LongTermMemory, resource: str
+    url: str, root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/mcp", url)
     async with Client(url) as first:
@@ -65,7 +66,7 @@ async def test_http_serves_on_loopback_and_remembers_across_connections(
         assert [t.name for t in listed] == TOOLS
         # Over HTTP exactly what the server lists (test_mcp.py checks the schemas themselves).
         assert [t.model_dump() for t in listed] == [
-            t.model_dump() for t in MemoryServer(memory, resource, hooks=[]).tools
+            t.model_dump() for t in MemoryServer(root, resource, hooks=[]).tools
         ]
         stored = await first.call_tool("remember", {"content": THEME, "key": "ui.theme"})
         updated = await first.call_tool(
@@ -192,7 +193,7 @@ def test_a_non_loopback_bind_without_a_token_is_refused(monkeypatch: pytest.Monk
 
 
 async def test_http_app_refuses_a_non_loopback_host_without_a_token(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     with pytest.raises(ValidationError, match=r"binding 0\.0\.0\.0 needs a bearer token"):
-        http_app(MemoryServer(memory, resource), host="0.0.0.0", token=None)
+        http_app(MemoryServer(root, resource), host="0.0.0.0", token=None)

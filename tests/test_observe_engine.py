@@ -157,7 +157,7 @@ async def test_a_settings_change_applies_on_the_next_turn_only(
     await update_settings(memory, resource, observation_threshold_tokens=BIG)
     history = ObservationalHistory(chat_model)
     ping = CountingTool()
-    agent = _agent(rig, history, tools=[history.retrieval_tool(), ping])
+    agent = _agent(rig, history, tools=[history.retrieval_tool(rig.memory.pool), ping])
     await seed(threads, resource, "s", 10)
 
     def change_settings(body: dict[str, Any]) -> CallTools:

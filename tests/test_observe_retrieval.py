@@ -34,7 +34,13 @@ async def _setup(
     )
     history = ObservationalHistory(model)
     agent = Agent(
-        memory, threads, model, history=history, tools=[history.retrieval_tool()], hooks=[]
+        memory.pool,
+        memory,
+        threads,
+        model,
+        history=history,
+        tools=[history.retrieval_tool(memory.pool)],
+        hooks=[],
     )
     await seed(threads, resource, session, 12, tag=f"{session}-")
     scripted.script(OBSERVE, Reply("observed"))
@@ -200,7 +206,7 @@ async def test_retrieval_off_means_no_tool_offered_and_calls_refused(
 ) -> None:
     _, _, chat_model, scripted = rig
     history = ObservationalHistory(chat_model)
-    agent = rig.agent(history=history, tools=[history.retrieval_tool()], hooks=[])
+    agent = rig.agent(history=history, tools=[history.retrieval_tool(rig.memory.pool)], hooks=[])
     scripted.script(
         CallTools([("read_history", {"first_message_id": 1, "last_message_id": 2})]), Reply("ok")
     )

@@ -21,14 +21,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
+from pydantic import TypeAdapter
 
 import popagent
+from popagent import Popagent
 from popagent.agent import Agent
 from popagent.cli import main
 from popagent.errors import ValidationError
 from popagent.keys import KeyStore
 from popagent.llm import OpenAIChatModel
-from popagent.memory.purge import PurgeReport, count_resource_rows, purge_resource
+from popagent.memory.purge import count_resource_rows, purge_resource
+from popagent.models import PurgeReport
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretStore
 from popagent.store import observations as obs_sql
@@ -86,7 +89,7 @@ async def fill(
         ),
         Reply(f"Noted, {mark}."),
     )
-    agent = Agent(memory, threads, chat_model)
+    agent = Agent(memory.pool, memory, threads, chat_model)
     await agent.run_turn(resource, session, f"Remember my allergy, {mark}.")
     # Observational memory: a log, an active and a buffered group, the actor.
     messages = await threads.list_messages(resource, session)
@@ -247,8 +250,8 @@ async def test_purge_leaves_no_trace_of_the_resource_and_moves_no_other_row(
 
     report = await semantic.purge(resource)
 
-    assert dict(report.deleted) == before
-    assert [t for t, _ in report.deleted] == list(PURGE_TABLES)
+    assert report.deleted == before
+    assert list(report.deleted) == list(PURGE_TABLES)
     assert report.total == sum(before.values())
     assert report.count("popagent_fact_versions") == 3  # tea, coffee, the deleted fact
     assert report.count("popagent_memories") >= 4  # the fact, the allergy, two episodes
@@ -275,7 +278,7 @@ async def test_purging_an_empty_resource_deletes_nothing_and_vacuums_nothing(
 ) -> None:
     report = await memory.purge(resource)
     assert report.total == 0 and report.vacuumed == () and report.vacuum_error is None
-    assert [t for t, _ in report.deleted] == list(PURGE_TABLES)
+    assert list(report.deleted) == list(PURGE_TABLES) and set(report.deleted.values()) == {0}
 
 
 async def test_bad_ids_and_flags_are_refused_before_anything_runs(
@@ -348,9 +351,9 @@ async def test_an_interrupted_purge_deletes_nothing(
     assert await memory.wait_for_vectors(resource) == 0  # no worker writes meanwhile
     before = await count_resource_rows(memory.pool, resource)
     async with (
-        popagent.connect(database_url, max_size=2) as other,
-        other.pool.connection() as blocker,
-        other.pool.connection() as watcher,
+        popagent.connect(database_url, max_size=2) as other_root,
+        other_root.pool.connection() as blocker,
+        other_root.pool.connection() as watcher,
     ):
         await blocker.execute("BEGIN")
         await blocker.execute(
@@ -412,14 +415,16 @@ def test_cli_purge_needs_the_resource_and_a_confirmation(database_url: str) -> N
     mark = marker()
 
     async def seed() -> None:
-        async with popagent.connect(database_url) as memory:
+        async with popagent.connect(database_url) as root:
+            memory = root.memory
             await memory.remember(resource, f"{mark} keeps bees")
             await ThreadStore(memory.pool).append_message(
                 resource, "s1", "user", f"{mark} hello", create_session=True
             )
 
     async def rows() -> int:
-        async with popagent.connect(database_url) as memory:
+        async with popagent.connect(database_url) as root:
+            memory = root.memory
             return sum(n for _, n in await count_resource_rows(memory.pool, resource))
 
     asyncio.run(seed())
@@ -448,6 +453,8 @@ def test_cli_purge_needs_the_resource_and_a_confirmation(database_url: str) -> N
     out = invoke(database_url, "--resource-id", resource, "purge", "--yes", "--json")
     assert out.exit_code == 0, out.output
     body = json.loads(out.output)
+    assert list(body) == ["resource_id", "deleted", "total", "vacuumed", "vacuum_error"]
+    assert body["resource_id"] == resource
     assert body["deleted"]["popagent_memories"] == 1
     assert body["deleted"]["popagent_messages"] == 1
     assert body["total"] == stored and body["vacuum_error"] is None
@@ -469,7 +476,7 @@ def test_cli_purge_needs_the_resource_and_a_confirmation(database_url: str) -> N
 
 
 async def test_api_purge_needs_the_json_boolean_and_acts_on_the_servers_resource(
-    memory: popagent.LongTermMemory, resource: str, other_resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
     for owner in (resource, other_resource):
         await memory.remember(owner, "Grows tomatoes")
@@ -479,7 +486,7 @@ async def test_api_purge_needs_the_json_boolean_and_acts_on_the_servers_resource
         assert await memory.wait_for_vectors(owner) == 0  # no worker writes meanwhile
     kept = await count_resource_rows(memory.pool, other_resource)
     stored = await count_resource_rows(memory.pool, resource)
-    async with api_client(memory, resource) as api:
+    async with api_client(root, resource) as api:
         for body in (
             {},
             {"confirm": 1},
@@ -500,7 +507,9 @@ async def test_api_purge_needs_the_json_boolean_and_acts_on_the_servers_resource
         assert body["deleted"] == dict(stored)
         assert body["total"] == sum(n for _, n in stored)
         assert body["vacuum_error"] is None and "popagent_sessions" in body["vacuumed"]
-        assert set(body) == {"deleted", "total", "vacuumed", "vacuum_error"}
+        # The library's PurgeReport, field by field in order; ``deleted`` in purge order.
+        assert list(body) == ["deleted", "total", "vacuumed", "vacuum_error"]
+        assert list(body["deleted"]) == list(PURGE_TABLES)
     assert all(n == 0 for _, n in await count_resource_rows(memory.pool, resource))
     assert await count_resource_rows(memory.pool, other_resource) == kept
 
@@ -509,14 +518,14 @@ async def test_api_purge_needs_the_json_boolean_and_acts_on_the_servers_resource
 
 
 async def test_gui_purge_is_a_confirmed_post(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     await memory.remember(resource, "Grows tomatoes")
     await memory.retain_episode(resource, "s1", "hello", "hi")
     assert await memory.wait_for_vectors(resource) == 0  # no worker writes meanwhile
     stored = await count_resource_rows(memory.pool, resource)
     total = sum(n for _, n in stored)
-    async with api_client(memory, resource) as gui:
+    async with api_client(root, resource) as gui:
         cleanup = await gui.get("/cleanup")
         assert cleanup.status_code == 200 and 'href="/purge"' in cleanup.text
         review = await gui.get("/purge")
@@ -547,13 +556,16 @@ async def test_gui_purge_is_a_confirmed_post(
     assert all(n == 0 for _, n in await count_resource_rows(memory.pool, resource))
 
 
-def test_a_report_is_plain_json() -> None:
-    report = PurgeReport("r", (("popagent_memories", 2), ("popagent_audit", 0)), ("x",))
-    assert report.to_json() == {
-        "resource_id": "r",
+def test_a_report_is_plain_json_and_the_api_sends_the_same() -> None:
+    """One shape: the library's ``to_json`` and the API's response (pydantic's reading of
+    the same dataclass, which the client decodes: ``test_client_decode``) agree."""
+    report = PurgeReport({"popagent_memories": 2, "popagent_audit": 0}, 2, ("x",))
+    body = {
         "deleted": {"popagent_memories": 2, "popagent_audit": 0},
         "total": 2,
         "vacuumed": ["x"],
         "vacuum_error": None,
     }
+    assert report.to_json() == body
+    assert json.loads(TypeAdapter(PurgeReport).dump_json(report)) == body
     assert report.count("popagent_audit") == 0 and report.count("unknown") == 0

@@ -37,7 +37,8 @@ from popagent.store.citus import distributed
 async def memory(database_url: str) -> AsyncIterator[LongTermMemory]:
     """Recall by words alone: these tests compare lexical rankings and statistics, which
     vectors written in the background between two recalls would change."""
-    async with popagent.connect(database_url, max_size=24, embedder=None) as ltm:
+    async with popagent.connect(database_url, max_size=24, embedder=None) as root:
+        ltm = root.memory
         yield ltm
 
 
@@ -293,7 +294,8 @@ async def test_repeated_recalls_run_one_generic_plan(
     await memory.retain_episodes(f"{corpus}-big", big)
     async with memory.pool.connection() as conn:
         await conn.execute("ANALYZE popagent_memories, popagent_lexeme_stats")
-    async with popagent.connect(database_url, min_size=1, max_size=1, embedder=None) as one:
+    async with popagent.connect(database_url, min_size=1, max_size=1, embedder=None) as one_root:
+        one = one_root.memory
         async with one.pool.connection() as conn:
             citus = await distributed(conn)
         if citus:

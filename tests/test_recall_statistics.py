@@ -24,7 +24,8 @@ from popagent.models import MemoryFilter
 async def memory(database_url: str) -> AsyncIterator[LongTermMemory]:
     """Recall by words alone: these tests compare lexical rankings and statistics, which
     vectors written in the background between two recalls would change."""
-    async with popagent.connect(database_url, max_size=24, embedder=None) as ltm:
+    async with popagent.connect(database_url, max_size=24, embedder=None) as root:
+        ltm = root.memory
         yield ltm
 
 

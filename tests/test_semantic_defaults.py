@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 
 import popagent
+from popagent import Popagent
 from popagent.embed import LOCAL_MODEL, LocalEmbedder
 from tests.gui_support import post_form
 from tests.mcp_support import stdio_params, text_of
@@ -48,7 +49,8 @@ def no_configured_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_the_library_default(database_url: str, resource: str) -> None:
-    async with popagent.connect(database_url, max_size=2) as memory:
+    async with popagent.connect(database_url, max_size=2) as root:
+        memory = root.memory
         assert isinstance(memory.embedder, LocalEmbedder)
         for fact in FACTS:
             await memory.remember(resource, fact)
@@ -58,7 +60,8 @@ async def test_the_library_default(database_url: str, resource: str) -> None:
             assert results and results[0].memory.content == needed, question
             assert {c.name for c in results[0].components} >= {"vector", "similarity"}
         # The opt-out: the same store, words only, finds neither.
-        async with popagent.connect(database_url, embedder=None, max_size=1) as lexical:
+        async with popagent.connect(database_url, embedder=None, max_size=1) as lexical_root:
+            lexical = lexical_root.memory
             for question in ASKED:
                 assert await lexical.recall(resource, question) == []
 
@@ -68,7 +71,8 @@ async def test_a_new_memory_is_found_by_its_meaning_within_about_a_second(
 ) -> None:
     """No ``wait_for_vectors``: the background worker alone makes a fact just written
     answer a question that shares no word with it, about a second later."""
-    async with popagent.connect(database_url, max_size=2) as memory:
+    async with popagent.connect(database_url, max_size=2) as root:
+        memory = root.memory
         assert await memory.warm_up()  # as a server does at start: the load is not timed
         await memory.remember(resource, "Has a dog named Biscuit")  # a confuser, embedded
         assert await memory.wait_for_vectors(resource) == 0
@@ -115,11 +119,11 @@ def test_the_cli_default(database_url: str, resource: str) -> None:
 
 
 async def test_the_server_default_api_and_gui_recall_preview(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     """The suite's ``memory`` is ``connect()``'s default, as a server's is."""
     assert isinstance(memory.embedder, LocalEmbedder)
-    async with api_client(memory, resource) as api:
+    async with api_client(root, resource) as api:
         for fact in FACTS:
             created = await api.post("/api/facts", json={"content": fact})
             assert created.status_code == 201, created.text
@@ -174,15 +178,16 @@ async def test_the_server_backfills_a_store_written_without_a_model(
 ) -> None:
     """A store written while semantic recall was off (or before it existed): the server
     embeds it in the background at start, with progress in the log and the GUI."""
-    async with popagent.connect(database_url, embedder=None, max_size=2) as lexical:
+    async with popagent.connect(database_url, embedder=None, max_size=2) as lexical_root:
+        lexical = lexical_root.memory
         turns = [popagent.EpisodeTurn("s", f"plain note {i}", "ok") for i in range(110)]
         await lexical.retain_episodes(resource, turns)
         for fact in FACTS:
             await lexical.remember(resource, fact)
     with caplog.at_level("INFO", logger="popagent.vectors"):
         async with (
-            popagent.connect(database_url, max_size=4) as memory,
-            api_client(memory, resource) as api,
+            popagent.connect(database_url, max_size=4) as root,
+            api_client(root, resource) as api,
         ):
             deadline = time.monotonic() + 120
             done = f"resource {resource} is up to date: 115 memories embedded"

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 import popagent
+from popagent import Popagent
 from popagent.adapters.openai_agents import PopagentSession
 from popagent.checks import check_new_session_id
 from popagent.cli import main
@@ -47,7 +48,7 @@ def test_the_rule_names_the_field(bad: str) -> None:
 
 
 async def test_no_surface_creates_a_session_http_cannot_reach(
-    memory: popagent.LongTermMemory, database_url: str, tmp_path: Path
+    root: Popagent, memory: popagent.LongTermMemory, database_url: str, tmp_path: Path
 ) -> None:
     resource = f"ids-{uuid.uuid4().hex[:8]}"
     threads = ThreadStore(memory.pool)
@@ -59,7 +60,7 @@ async def test_no_surface_creates_a_session_http_cannot_reach(
             lambda b=bad: SessionItems(memory.pool).append(
                 resource, b, [{"role": "user", "content": "Hi"}]
             ),
-            lambda b=bad: PopagentSession.local(b, memory, resource).add_items(
+            lambda b=bad: PopagentSession.local(b, root, resource).add_items(
                 [{"role": "user", "content": "Hi"}]
             ),
         ):

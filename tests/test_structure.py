@@ -28,9 +28,11 @@ SRC = ROOT / "src" / "popagent"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A variable name, not a prefix such as ``POPAGENT_*`` or ``POPAGENT_EMBEDDER*``.
 ENV_NAME = re.compile(r"\bPOPAGENT_[A-Z0-9]+(?:_[A-Z0-9]+)*")
-# Names of ``popagent.store`` the agent layer may import directly: none (the pool
-# types come re-exported by ``popagent.threads.turns``).
-AGENT_STORE_ALLOWED: frozenset[str] = frozenset()
+# Names of ``popagent.store`` the agent layer may import directly: the pool's types,
+# to name the pool the composition root (``popagent.root``) hands it; never a query.
+AGENT_STORE_ALLOWED: frozenset[str] = frozenset(
+    {"popagent.store.database.Pool", "popagent.store.database.Conn"}
+)
 
 
 def all_modules() -> list[str]:
@@ -198,3 +200,22 @@ def test_agent_reaches_the_database_through_threads() -> None:
             if _under(name, "popagent.store") and name not in allowed | allowed_modules
         }
         assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}"
+
+
+def test_no_service_borrows_the_memorys_pool() -> None:
+    """The composition root (``popagent.root.Popagent``) hands every service the pool;
+    none reaches into the long-term memory for it."""
+    paths = sorted(SRC.rglob("*.py"))
+    assert len(paths) > 100
+    borrowing = re.compile(r"\bmemory\.pool\b")
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        assert not borrowing.search(text), f"{path.relative_to(SRC)} borrows memory.pool"
+    # The scan sees what it forbids.
+    assert borrowing.search("ThreadStore(self.memory.pool)")
+
+
+def test_threads_re_exports_no_pool_types() -> None:
+    import popagent.threads.turns as turns
+
+    assert "Pool" not in turns.__all__ and "Conn" not in turns.__all__

@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import popagent
+from popagent import Popagent
 from popagent.cli import main
 from popagent.client import Client
-from popagent.errors import ConflictError, NotFoundError, ValidationError
+from popagent.errors import ConflictError, ValidationError
+from popagent.models import MemoryFilter
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
 from tests.mcp_support import http_server
@@ -118,8 +120,8 @@ async def test_an_id_with_blanks_is_refused_everywhere(
 
 
 @pytest.fixture
-async def api(memory: popagent.LongTermMemory, resource: str) -> Any:
-    async with api_client(memory, resource) as client:
+async def api(root: Popagent, memory: popagent.LongTermMemory, resource: str) -> Any:
+    async with api_client(root, resource) as client:
         yield client
 
 
@@ -172,9 +174,10 @@ def test_the_client_covers_the_routes_by_key(database_url: str, resource: str) -
         first = client.put_fact("pet/name", "The cat is called Miso", importance=0.7)
         again = client.put_fact("pet/name", "The cat is called Miso", importance=0.7)
         assert (again.id, again.version, again.key) == (first.id, 1, "pet/name")
-        assert client.get_fact_by_key("Pet/Name").content == "The cat is called Miso"
-        with pytest.raises(NotFoundError):
-            client.get_fact_by_key("pet/age")
+        # Reading by key is the list's key filter, as in the library (normalized too).
+        (named,) = client.list(MemoryFilter(kind="fact", key="Pet/Name")).items
+        assert (named.id, named.content) == (first.id, "The cat is called Miso")
+        assert client.list(MemoryFilter(kind="fact", key="pet/age")).items == ()
         with pytest.raises(ConflictError, match=f"fact {first.id} already has the key"):
             client.create_fact("The cat is called Tofu", key="pet/name")
 

@@ -82,7 +82,8 @@ def slow() -> Iterator[SlowServer]:
 @pytest.fixture
 async def semantic(database_url: str, slow: SlowServer) -> AsyncIterator[LongTermMemory]:
     model = embedder(slow)
-    async with popagent.connect(database_url, embedder=model, max_size=4) as memory:
+    async with popagent.connect(database_url, embedder=model, max_size=4) as root:
+        memory = root.memory
         yield memory
     await model.aclose()
 
@@ -151,7 +152,8 @@ async def test_wait_for_vectors_writes_them_and_says_what_is_left(
     database_url: str, resource: str, slow: SlowServer
 ) -> None:
     plain = popagent.connect(database_url, embedder=None, max_size=2)
-    async with plain as lexical:
+    async with plain as lexical_root:
+        lexical = lexical_root.memory
         assert await lexical.wait_for_vectors(resource) == 0  # no model: nothing to wait for
         await lexical.retain_episodes(
             resource, [EpisodeTurn("s", f"question {i}", f"answer {i}") for i in range(70)]
@@ -159,7 +161,8 @@ async def test_wait_for_vectors_writes_them_and_says_what_is_left(
         with pytest.raises(ValidationError, match="timeout"):
             await lexical.wait_for_vectors(resource, timeout=-1)
     model = embedder(slow)
-    async with popagent.connect(database_url, embedder=model, max_size=4) as memory:
+    async with popagent.connect(database_url, embedder=model, max_size=4) as root:
+        memory = root.memory
         assert await memory.pending_vectors(resource) == 70
         # A zero timeout still writes one batch (32), then reports the rest.
         assert await memory.wait_for_vectors(resource, timeout=0) == 70 - 32
@@ -173,7 +176,8 @@ async def test_a_watched_resource_gets_the_vectors_of_other_processes_writes(
     semantic: LongTermMemory, resource: str, database_url: str
 ) -> None:
     semantic.watch_vectors(resource)
-    async with popagent.connect(database_url, embedder=None, max_size=1) as elsewhere:
+    async with popagent.connect(database_url, embedder=None, max_size=1) as elsewhere_root:
+        elsewhere = elsewhere_root.memory
         stored = await elsewhere.remember(resource, "Has a cat named Miso")
     await until(lambda: vectors(database_url, resource) == [(stored.memory.id, MODEL, "current")])
     semantic.unwatch_vectors(resource)
@@ -188,7 +192,8 @@ from popagent.embed import OpenAIEmbedder
 
 async def main(url, resource, base):
     model = OpenAIEmbedder("scripted", base_url=base, name="scripted-64", timeout_s=120)
-    async with popagent.connect(url, embedder=model, max_size=2) as memory:
+    async with popagent.connect(url, embedder=model, max_size=2) as root:
+        memory = root.memory
         for i in range(5):
             await memory.remember(resource, f"Fact number {i} about the garden")
         print("written", flush=True)
@@ -235,7 +240,8 @@ async def test_a_process_killed_mid_batch_loses_nothing_and_the_next_start_fills
     # The next process that works on the resource writes them, no manual step.
     with SlowServer() as working:
         model = embedder(working)
-        async with popagent.connect(database_url, embedder=model, max_size=2) as memory:
+        async with popagent.connect(database_url, embedder=model, max_size=2) as root:
+            memory = root.memory
             memory.watch_vectors(resource)
             await until(lambda: len(vectors(database_url, resource)) == 5)
             assert {v[1:] for v in vectors(database_url, resource)} == {(MODEL, "current")}
@@ -249,15 +255,17 @@ async def test_a_process_killed_mid_batch_loses_nothing_and_the_next_start_fills
 async def test_two_workers_at_once_do_no_double_work_and_lose_no_row(
     database_url: str, resource: str
 ) -> None:
-    async with popagent.connect(database_url, embedder=None, max_size=1) as lexical:
+    async with popagent.connect(database_url, embedder=None, max_size=1) as lexical_root:
+        lexical = lexical_root.memory
         turns = [EpisodeTurn("s", f"note {i}", f"reply {i}") for i in range(150)]
         assert await lexical.retain_episodes(resource, turns) == 150
     with SlowServer(delay=0.05) as server:
         first, second = embedder(server), embedder(server)
         async with (
-            popagent.connect(database_url, embedder=first, max_size=3) as a,
-            popagent.connect(database_url, embedder=second, max_size=3) as b,
+            popagent.connect(database_url, embedder=first, max_size=3) as a_root,
+            popagent.connect(database_url, embedder=second, max_size=3) as b_root,
         ):
+            a, b = a_root.memory, b_root.memory
             # Both background workers, and both callers, at once.
             a.watch_vectors(resource)
             b.watch_vectors(resource)
@@ -298,7 +306,8 @@ async def test_a_model_switch_queues_what_the_new_model_lacks(
     assert await semantic.wait_for_vectors(resource) == 0
     with EmbeddingServer(dimensions=32) as other:
         switched = OpenAIEmbedder("other", base_url=other.base_url, name="other-32")
-        async with popagent.connect(database_url, embedder=switched, max_size=2) as memory:
+        async with popagent.connect(database_url, embedder=switched, max_size=2) as root:
+            memory = root.memory
             assert await memory.wait_for_vectors(resource) == 0
         await switched.aclose()
     models = {
@@ -350,7 +359,8 @@ async def test_a_store_made_before_migration_0016_gets_its_vectors(
             },
         )
     model = embedder(slow)
-    async with popagent.connect(scratch_url, embedder=model, max_size=2) as memory:
+    async with popagent.connect(scratch_url, embedder=model, max_size=2) as root:
+        memory = root.memory
         assert await memory.pending_vectors(resource) == 3  # 0016 queued what had no vector
         assert await memory.wait_for_vectors(resource) == 0
     await model.aclose()
@@ -411,7 +421,8 @@ async def test_without_a_model_nothing_is_loaded_and_recall_says_so(
     database_url: str, resource: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        async with popagent.connect(database_url, embedder=None, max_size=1) as memory:
+        async with popagent.connect(database_url, embedder=None, max_size=1) as root:
+            memory = root.memory
             await memory.remember(resource, "Has a cat named Miso")
             report = await memory.recall_report(resource, "Miso")
             assert not await memory.warm_up()

@@ -19,6 +19,7 @@ import pytest
 from pydantic import TypeAdapter
 
 import popagent
+from popagent import Popagent
 from popagent.memory.render import render
 from popagent.models import MemoryFilter, Provenance, RecallPreview
 from popagent.threads import ThreadStore
@@ -29,8 +30,10 @@ from tests.web_support import api_client, count_rows
 
 
 @pytest.fixture
-async def api(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(memory, resource) as client:
+async def api(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(root, resource) as client:
         yield client
 
 

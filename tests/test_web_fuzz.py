@@ -43,7 +43,8 @@ EXAMPLES = 25
 
 
 async def _seed(url: str) -> None:
-    async with popagent.connect(url, max_size=2) as memory:
+    async with popagent.connect(url, max_size=2) as root:
+        memory = root.memory
         threads = ThreadStore(memory.pool)
         for resource in (BYSTANDER, FUZZ_RESOURCE):
             await memory.remember(resource, "Keeps bees on the roof", key="hobby")

@@ -20,13 +20,16 @@ import httpx
 import pytest
 
 import popagent
+from popagent import Popagent
 from popagent.models import Provenance
 from tests.web_support import api_client, count_rows, memory_state
 
 
 @pytest.fixture
-async def api(memory: popagent.LongTermMemory, resource: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(memory, resource) as client:
+async def api(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(root, resource) as client:
         yield client
 
 

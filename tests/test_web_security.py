@@ -28,6 +28,7 @@ import psycopg
 import pytest
 
 import popagent
+from popagent import Popagent
 from popagent.access import AllowedHosts, parse_allowed_hosts, split_host
 from popagent.errors import ValidationError
 from popagent.models import MemoryFilter
@@ -229,10 +230,10 @@ async def test_loopback_names_and_allowed_hosts_are_served(
 
 
 async def test_cleanup_confirm_takes_the_json_boolean_only(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     await memory.remember(resource, "Grows tomatoes")
-    async with api_client(memory, resource) as client:
+    async with api_client(root, resource) as client:
         for confirm in (1, 1.0, "true", 0, None, [True]):
             response = await client.post("/api/cleanup", json={"confirm": confirm})
             assert response.status_code == 422, (confirm, response.text)
@@ -363,7 +364,8 @@ def test_database_outage_answers_503_quickly_and_logs_only_json(tmp_path: Path) 
 async def test_an_unexpected_error_is_a_json_500(database_url: str, resource: str) -> None:
     """A broken schema (a table renamed away) is no outage: 500 with the error body."""
     with scratch_database(database_url) as url:
-        async with popagent.connect(url, max_size=2) as memory:
+        async with popagent.connect(url, max_size=2) as root:
+            memory = root.memory
             await memory.remember(resource, "Reads maps")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE popagent_memories RENAME TO popagent_memories_away")
@@ -379,9 +381,9 @@ async def test_an_unexpected_error_is_a_json_500(database_url: str, resource: st
 
 
 async def test_over_long_recall_query_names_the_query_field(
-    memory: popagent.LongTermMemory, resource: str
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    async with api_client(memory, resource) as client:
+    async with api_client(root, resource) as client:
         response = await client.post("/api/recall", json={"query": "x" * 100_000})
         assert response.status_code == 422
         assert_error_body(response, "validation_error", "query")
@@ -390,12 +392,13 @@ async def test_over_long_recall_query_names_the_query_field(
 
 
 async def test_nul_in_a_chat_message_names_the_message_field(
+    root: Popagent,
     memory: popagent.LongTermMemory,
     chat_model: popagent.llm.OpenAIChatModel,
     scripted: ScriptedModelServer,
     resource: str,
 ) -> None:
-    async with api_client(memory, resource, chat_model) as client:
+    async with api_client(root, resource, chat_model) as client:
         for message in ("before\x00after", "\x00"):
             response = await client.post("/api/sessions/nul/chat", json={"message": message})
             assert response.status_code == 422, response.text

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import popagent
+from popagent import Popagent
 from popagent.cli import main
 from popagent.client.errors import error_from_body
 from popagent.errors import DatabaseBusyError, ServerBusyError
@@ -96,13 +97,14 @@ async def test_chat_turn_over_http_whole_and_streamed(
 
 
 async def test_turns_of_one_session_take_turns(
+    root: Popagent,
     memory: popagent.LongTermMemory,
     chat_model: popagent.llm.OpenAIChatModel,
     scripted: ScriptedModelServer,
     resource: str,
 ) -> None:
     scripted.script(*[Reply(f"reply {i}") for i in range(4)])
-    async with api_client(memory, resource, chat_model) as client:
+    async with api_client(root, resource, chat_model) as client:
         replies = await asyncio.gather(
             *[
                 client.post("/api/sessions/busy/chat", json={"message": f"message {i}"})
@@ -151,11 +153,11 @@ async def test_token_required_off_loopback_and_checked_everywhere(
 
 
 async def test_access_log_holds_no_content(
-    memory: popagent.LongTermMemory, resource: str, caplog: pytest.LogCaptureFixture
+    root: Popagent, resource: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(
         ServerConfig(resource_id=resource, maintenance_interval_s=None),
-        memory=memory,
+        root=root,
         model_from_env=False,
     )
     secret_text = "zebra-crossing-in-kathmandu"
@@ -176,8 +178,8 @@ async def test_scheduled_maintenance_runs_and_never_twice_at_once(
     await memory.retain_episode(
         resource, "s1", "old", "turn", created_at=datetime.now(UTC) - timedelta(days=200)
     )
-    first = MaintenanceScheduler(memory, 3600, delay_s=0)
-    second = MaintenanceScheduler(memory, 3600, delay_s=0)
+    first = MaintenanceScheduler(memory.pool, memory, 3600, delay_s=0)
+    second = MaintenanceScheduler(memory.pool, memory, 3600, delay_s=0)
     # Another process holds the schedule lock: this run is skipped, not queued.
     async with memory.pool.connection() as holder:
         await holder.execute("SELECT pg_advisory_lock(%s)", (SCHEDULE_LOCK_ID,))
@@ -199,7 +201,7 @@ async def test_scheduled_maintenance_runs_and_never_twice_at_once(
 
     # Two schedulers at once: the lock lets exactly one of them run.
     reports = await asyncio.gather(
-        first.run_once(), second.run_once(), MaintenanceScheduler(memory, 1).run_once()
+        first.run_once(), second.run_once(), MaintenanceScheduler(memory.pool, memory, 1).run_once()
     )
     assert sum(r is not None for r in reports) >= 1
 
@@ -245,10 +247,11 @@ def test_popagent_serve_from_the_command_line(tmp_path: Path) -> None:
 
 
 async def test_healthz_reports_an_unreachable_database(database_url: str, resource: str) -> None:
-    async with popagent.connect(database_url, max_size=2) as memory:
+    async with popagent.connect(database_url, max_size=2) as root:
+        memory = root.memory
         app = create_app(
             ServerConfig(resource_id=resource, maintenance_interval_s=None),
-            memory=memory,
+            root=root,
             model_from_env=False,
         )
         async with in_process(app) as client:
@@ -262,10 +265,11 @@ async def test_healthz_reports_an_unreachable_database(database_url: str, resour
 async def test_healthz_alone_sees_the_database_come_back(database_url: str, resource: str) -> None:
     """A process that only answers /healthz (one worker of several) must not report
     the database down forever after one lost connection: nothing else uses its pool."""
-    async with popagent.connect(database_url, min_size=1, max_size=1) as memory:
+    async with popagent.connect(database_url, min_size=1, max_size=1) as root:
+        memory = root.memory
         app = create_app(
             ServerConfig(resource_id=resource, maintenance_interval_s=None),
-            memory=memory,
+            root=root,
             model_from_env=False,
         )
         async with in_process(app) as client:
@@ -289,10 +293,11 @@ async def test_healthz_alone_sees_the_database_come_back(database_url: str, reso
 
 
 async def test_a_busy_database_is_a_503_that_says_retry(database_url: str, resource: str) -> None:
-    async with popagent.connect(database_url, max_size=1, queue_timeout=0.3) as memory:
+    async with popagent.connect(database_url, max_size=1, queue_timeout=0.3) as root:
+        memory = root.memory
         app = create_app(
             ServerConfig(resource_id=resource, maintenance_interval_s=None),
-            memory=memory,
+            root=root,
             model_from_env=False,
         )
         async with in_process(app) as client, memory.pool.connection():
@@ -310,10 +315,11 @@ async def test_a_busy_database_is_a_503_that_says_retry(database_url: str, resou
 
 
 async def test_healthz_says_busy_not_down_behind_a_burst(database_url: str, resource: str) -> None:
-    async with popagent.connect(database_url, max_size=1) as memory:
+    async with popagent.connect(database_url, max_size=1) as root:
+        memory = root.memory
         app = create_app(
             ServerConfig(resource_id=resource, maintenance_interval_s=None),
-            memory=memory,
+            root=root,
             model_from_env=False,
         )
 

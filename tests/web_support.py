@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 import popagent
+from popagent import Popagent
 from popagent.llm import ModelSettings
 from popagent.llm.protocol import ChatModel
 from popagent.web import ServerConfig, create_app
@@ -52,13 +53,13 @@ def scripted_settings(
 
 @asynccontextmanager
 async def api_client(
-    memory: popagent.LongTermMemory, resource_id: str, model: ChatModel | None = None
+    root: Popagent, resource_id: str, model: ChatModel | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the server app for ``resource_id`` on ``memory``, no schedule; chat
+    """A client of the server app for ``resource_id`` on ``root``, no schedule; chat
     turns use ``model`` (without one, and never from the environment, they answer 503)."""
     app = create_app(
         ServerConfig(resource_id=resource_id, maintenance_interval_s=None),
-        memory=memory,
+        root=root,
         model=model,
         model_from_env=False,
     )

@@ -3,9 +3,9 @@
 The long-term store holds durable facts and per-turn episodes for each
 resource, with explainable hybrid recall::
 
-    async with popagent.connect() as memory:
-        await memory.remember("popagent-user", "Prefers dark mode", key="ui.theme")
-        results = await memory.recall("popagent-user", "do I prefer dark mode?")
+    async with popagent.connect() as app:
+        await app.memory.remember("popagent-user", "Prefers dark mode", key="ui.theme")
+        results = await app.memory.recall("popagent-user", "do I prefer dark mode?")
         print(popagent.render(results))
 
 Only the error tree is imported with the package; every other name is imported
@@ -54,6 +54,7 @@ if _typing.TYPE_CHECKING:
         RememberResult,
         ScoreComponent,
     )
+    from .root import Popagent
 
 #: Where each lazily imported name lives (relative to this package).
 _LAZY = {
@@ -73,6 +74,7 @@ _LAZY = {
     "RecallResult": ".models",
     "RememberResult": ".models",
     "ScoreComponent": ".models",
+    "Popagent": ".root",
 }
 
 __all__ = [
@@ -95,6 +97,7 @@ __all__ = [
     "ModelError",
     "NotFoundError",
     "ObservationFailed",
+    "Popagent",
     "PopagentError",
     "RankingWeights",
     "RecallResult",

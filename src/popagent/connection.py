@@ -1,4 +1,4 @@
-"""``popagent.connect``: the one entry point that yields a ready ``LongTermMemory``."""
+"""``popagent.connect``: the one entry point; it yields the composition root, ``Popagent``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Final, Literal
 
 from .embed.protocol import Embedder
 from .embed.settings import configured_embedder
-from .memory.longterm import LongTermMemory
 from .memory.ranking import DEFAULT_WEIGHTS, RankingWeights
+from .root import Popagent
 from .store.database import (
     DEFAULT_CHECKOUT_TIMEOUT,
     DEFAULT_QUEUE_LIMIT,
@@ -47,8 +47,9 @@ async def connect(
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
     queue_limit: int = DEFAULT_QUEUE_LIMIT,
     migrated: bool = False,
-) -> AsyncIterator[LongTermMemory]:
-    """Open popagent's database and yield a ``LongTermMemory`` over it.
+) -> AsyncIterator[Popagent]:
+    """Open popagent's database and yield a ``Popagent``: the pool and the services
+    over it (``app.memory``, ``app.threads``, ``app.settings``, ``app.agent(model)``, ...).
 
     ``url`` (or ``POPAGENT_DATABASE_URL``) selects an existing PostgreSQL
     server; without either, an embedded server is started in ``data_dir``
@@ -68,9 +69,9 @@ async def connect(
     all-MiniLM-L6-v2); pass another ``Embedder`` (``popagent.embed``:
     ``LocalEmbedder()``, ``OpenAIEmbedder(...)``), or ``None`` (or set
     ``POPAGENT_EMBEDDER=none``) for lexical recall only. No model is loaded
-    here: it loads on first use (``LongTermMemory.warm_up`` loads it now).
+    here: it loads on first use (``app.memory.warm_up()`` loads it now).
     Writes never wait for the model: a background worker writes each memory's
-    vectors after it commits (``LongTermMemory.wait_for_vectors`` waits for
+    vectors after it commits (``app.memory.wait_for_vectors`` waits for
     them), and is stopped on exit; what it had not written yet is written by
     the next process (nothing is lost).
 
@@ -89,8 +90,8 @@ async def connect(
         queue_limit=queue_limit,
         migrated=migrated,
     ) as pool:
-        memory = LongTermMemory(pool, weights=weights, embedder=chosen)
+        app = Popagent.over(pool, weights=weights, embedder=chosen)
         try:
-            yield memory
+            yield app
         finally:
-            await memory.aclose()
+            await app.aclose()

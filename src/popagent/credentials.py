@@ -416,6 +416,10 @@ _VERB = (
     r"(?![^\W_])\s*+(?:[:=]\s*+)?)"
 )
 _BARE = r"(?P<bare>[ \t]++)"
+_ASSIGN_OR_VERB = r"(?:" + _ASSIGN + r"|" + _VERB + r")"
+#: After a credential's name (a PIN's, a TOTP seed's): the end of the name, a
+#: qualifier, then an assignment, a verb or blanks; the value follows.
+_NAMED_SEPARATOR = _END + _QUALIFIER + r"(?:" + _ASSIGN + r"|" + _VERB + r"|" + _BARE + r")"
 
 
 def _value(marker: str) -> str:
@@ -583,16 +587,25 @@ def _is_code(value: str) -> bool:
     return _CODE_VALUE.fullmatch(value) is not None
 
 
+def _matched_values(
+    pattern: re.Pattern[str], scan: _Scan, *, lower: bool
+) -> Iterator[tuple[re.Match[str], int, int, bool, str]]:
+    """Each match of ``pattern`` (over the lower-cased text when ``lower``) with its
+    value: ``(match, start, end, quoted, value)``; a match whose value is missing or
+    blank is passed over."""
+    for match in pattern.finditer(scan.lower if lower else scan.text):
+        span = _value_span(match)
+        if span is None:
+            continue
+        start, end, quoted = span
+        value = scan.text[start:end]
+        if value.strip():
+            yield match, start, end, quoted, value
+
+
 def _assigned(kind: str, pattern: re.Pattern[str], *, lower: bool) -> _Detector:
     def detect(scan: _Scan) -> Iterator[_Span]:
-        for match in pattern.finditer(scan.lower if lower else scan.text):
-            span = _value_span(match)
-            if span is None:
-                continue
-            start, end, quoted = span
-            value = scan.text[start:end]
-            if not value.strip():
-                continue
+        for _match, start, end, quoted, value in _matched_values(pattern, scan, lower=lower):
             if not quoted and (_is_ordinary_word(value) or _is_code(value)):
                 continue
             yield kind, start, end
@@ -601,14 +614,7 @@ def _assigned(kind: str, pattern: re.Pattern[str], *, lower: bool) -> _Detector:
 
 
 def _named_values(scan: _Scan) -> Iterator[_Span]:
-    for match in _NAMED_VALUE.finditer(scan.lower):
-        span = _value_span(match)
-        if span is None:
-            continue
-        start, end, quoted = span
-        value = scan.text[start:end]
-        if not value.strip():
-            continue
+    for match, start, end, quoted, value in _matched_values(_NAMED_VALUE, scan, lower=True):
         if match.group("bare") is not None:
             # "wifi password Sunflower42": with no "is" or ":" the value must look
             # like one ("password reset", "password manager" are ordinary words).
@@ -640,15 +646,8 @@ _PIN = (
             r"codice pin",
         )
     )
-    + _END
-    + _QUALIFIER
-    + r"(?:"
-    + _ASSIGN
-    + r"|"
-    + _VERB
-    + r"|"
-    + _BARE
-    + r")[\"'`]?(?P<v>\d{3,8})(?![\d.,:/-]\d|\d)"
+    + _NAMED_SEPARATOR
+    + r"[\"'`]?(?P<v>\d{3,8})(?![\d.,:/-]\d|\d)"
 )
 
 _OTPAUTH_START = re.compile(r"o(?<!\wo)tpauth://")
@@ -667,26 +666,16 @@ _TOTP_NAMED = re.compile(
         )
     )
     + r"(?:[ _-]?(?:app|auth))?[ _-]?(?:seed|secret|key|setup[ _-]key)s?"
-    + _END
-    + _QUALIFIER
-    + r"(?:"
-    + _ASSIGN
-    + r"|"
-    + _VERB
-    + r"|"
-    + _BARE
-    + r")[\"'`]?(?P<v>[a-z2-7]{4}(?:[ -]?[a-z2-7]{4}){3,15}[a-z2-7]{0,3}=*)(?![\w-])"
+    + _NAMED_SEPARATOR
+    + r"[\"'`]?(?P<v>[a-z2-7]{4}(?:[ -]?[a-z2-7]{4}){3,15}[a-z2-7]{0,3}=*)(?![\w-])"
 )
 
 _SEED_PHRASE = re.compile(
     _starting((r"seed", r"recovery", r"mnemonic", r"backup"))
     + r"[ _-]?(?:phrase|words)"
     + _END
-    + r"(?:"
-    + _ASSIGN
-    + r"|"
-    + _VERB
-    + r")[\"'`]?(?P<v>[a-z]{3,8}(?:\s++[a-z]{3,8}){11,23})\b"
+    + _ASSIGN_OR_VERB
+    + r"[\"'`]?(?P<v>[a-z]{3,8}(?:\s++[a-z]{3,8}){11,23})\b"
 )
 
 

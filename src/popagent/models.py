@@ -43,6 +43,7 @@ __all__ = [
     "Outcome",
     "Page",
     "Provenance",
+    "PurgeReport",
     "RecallPreview",
     "RecallResult",
     "RememberResult",
@@ -382,6 +383,32 @@ class MaintenanceReport:
     @property
     def total(self) -> int:
         return self.expired_episodes + self.capped_episodes + self.expired_facts
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport(_JsonFields):
+    """What one purge of a resource deleted, and the tables it vacuumed afterwards
+    (``LongTermMemory.purge``; ``POST /api/purge`` answers it, the client returns it).
+
+    ``deleted`` maps every table that holds a resource's rows to the rows deleted
+    from it, in purge order (``popagent.store.purge.PURGE_TABLES``), zeros
+    included; ``total`` is their sum. A mapping rather than pairs, because its JSON
+    is an object (table to rows).
+    """
+
+    __pydantic_config__ = _ALWAYS_SENT
+
+    deleted: dict[str, int]
+    total: int
+    #: The tables vacuumed after the commit: those with rows deleted, unless the
+    #: vacuum was skipped or failed (``vacuum_error``).
+    vacuumed: tuple[str, ...] = ()
+    #: Why the vacuum failed (the purge stands); ``None`` when it ran or was skipped.
+    vacuum_error: str | None = None
+
+    def count(self, table: str) -> int:
+        """Rows deleted from ``table`` (0 for a table the report does not list)."""
+        return self.deleted.get(table, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The one memory surface every framework adapter talks to.
 
 An adapter is configured with a :class:`MemoryBackend`: either
-:class:`LocalBackend` (a :class:`~popagent.memory.longterm.LongTermMemory` and a
+:class:`LocalBackend` (a :class:`~popagent.root.Popagent` and a
 fixed ``resource_id``, in process) or ``popagent.client``'s remote backend (a
 ``popagent serve`` over HTTP, whose resource is the server's). Either way the
 resource is fixed by configuration, never by a model's tool arguments: no
@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from ..memory.longterm import LongTermMemory
 from ..memory.render import DEFAULT_BUDGET, render
 from ..models import Memory, MemoryFilter, Provenance, RecallResult, RememberResult
+from ..root import Popagent
 
 __all__ = ["LocalBackend", "MemoryBackend"]
 
@@ -66,9 +66,10 @@ class MemoryBackend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LocalBackend:
-    """A :class:`LongTermMemory` bound to one resource, in this process."""
+    """The long-term memory of a :class:`Popagent` (``popagent.connect()``'s), bound to
+    one resource, in this process."""
 
-    memory: LongTermMemory
+    app: Popagent
     resource_id: str
     #: The provenance origin of this backend's writes (the adapter's name).
     origin: str = "library"
@@ -82,7 +83,7 @@ class LocalBackend:
         session_id: str | None = None,
         expires_at: datetime | None = None,
     ) -> RememberResult:
-        return await self.memory.remember(
+        return await self.app.memory.remember(
             self.resource_id,
             content,
             key=key,
@@ -93,16 +94,16 @@ class LocalBackend:
         )
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]:
-        return await self.memory.recall(self.resource_id, query, limit=limit)
+        return await self.app.memory.recall(self.resource_id, query, limit=limit)
 
     async def list(self, where: MemoryFilter) -> builtins.list[Memory]:
-        return await self.memory.list(self.resource_id, replace(where, kind="fact"))
+        return await self.app.memory.list(self.resource_id, replace(where, kind="fact"))
 
     async def get(self, id: int) -> Memory:
-        return await self.memory.get(self.resource_id, id, kind="fact")
+        return await self.app.memory.get(self.resource_id, id, kind="fact")
 
     async def delete(self, id: int) -> None:
-        await self.memory.delete(self.resource_id, id, kind="fact")
+        await self.app.memory.delete(self.resource_id, id, kind="fact")
 
 
 def render_block(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:

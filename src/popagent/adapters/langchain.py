@@ -53,8 +53,8 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from ..agent.hooks import Hook
 from ..agent.tools import ToolOutcome
 from ..errors import PopagentError, ValidationError
-from ..memory.longterm import LongTermMemory
 from ..models import RecallResult
+from ..root import Popagent
 from .backend import MemoryBackend
 from .tool_calls import (
     RECALL_PARAMETERS,
@@ -123,13 +123,13 @@ def recall_tool(toolkit: MemoryToolkit, *, bridge: LoopBridge | None = None) -> 
 
 
 def memory_tools(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None = None,
     *,
     hooks: Sequence[Hook] | None = None,
     session_id: str | None = None,
 ) -> list[BaseTool]:
-    """``[remember, recall]`` for one resource: a ``MemoryBackend``, or a ``LongTermMemory``
+    """``[remember, recall]`` for one resource: a ``MemoryBackend``, or a ``Popagent``
     and the ``resource_id`` it acts for.
 
     ``hooks`` defaults to an ``AuditHook`` for an in-process backend (``[]``: none);
@@ -187,14 +187,14 @@ class PopagentRetriever(BaseRetriever):
     @classmethod
     def of(
         cls,
-        backend: MemoryBackend | LongTermMemory,
+        backend: MemoryBackend | Popagent,
         resource_id: str | None = None,
         *,
         k: int = 4,
         hooks: Sequence[Hook] | None = None,
         session_id: str | None = None,
     ) -> PopagentRetriever:
-        """A retriever over a ``MemoryBackend``, or a ``LongTermMemory`` and ``resource_id``."""
+        """A retriever over a ``MemoryBackend``, or a ``Popagent`` and ``resource_id``."""
         toolkit = MemoryToolkit(
             as_backend(backend, resource_id, origin="langchain"), hooks=hooks, session_id=session_id
         )

@@ -117,7 +117,6 @@ from ..agent.hooks import Hook
 from ..agent.tools import ToolOutcome
 from ..checks import strip_blank
 from ..errors import NotFoundError, ValidationError
-from ..memory.longterm import LongTermMemory
 from ..memory.validation import (
     FACT_CONTENT_CAP,
     check_importance,
@@ -125,6 +124,7 @@ from ..memory.validation import (
     normalize_key,
 )
 from ..models import Memory, MemoryFilter
+from ..root import Popagent
 from .backend import MemoryBackend
 from .langchain import memory_tools
 from .toolkit import LoopBridge, MemoryToolkit, as_backend
@@ -478,7 +478,7 @@ def _check_put_namespace(namespace: tuple[str, ...]) -> None:
 class PopagentStore(BaseStore):
     """LangGraph's long-term memory store on popagent's facts of one resource.
 
-    ``backend`` is a ``MemoryBackend``, or a ``LongTermMemory`` with the
+    ``backend`` is a ``MemoryBackend``, or a ``Popagent`` with the
     ``resource_id`` it acts for. ``prefix`` (lower case, like every fact key)
     sets this store's items apart from the resource's other facts; two stores
     with different prefixes on one resource do not see each other's items.
@@ -496,7 +496,7 @@ class PopagentStore(BaseStore):
 
     def __init__(
         self,
-        backend: MemoryBackend | LongTermMemory,
+        backend: MemoryBackend | Popagent,
         resource_id: str | None = None,
         *,
         prefix: str = DEFAULT_PREFIX,

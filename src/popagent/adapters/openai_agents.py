@@ -5,11 +5,11 @@
   session: ``get_items``/``add_items``/``pop_item``/``clear_session`` keep the
   exact list of input items (every kind: messages, function calls and their
   outputs, reasoning, ...), in process (:meth:`PopagentSession.local`: a
-  ``LongTermMemory`` or pool, and the resource) or through a ``popagent serve``
+  ``Popagent`` or pool, and the resource) or through a ``popagent serve``
   (:meth:`PopagentSession.remote`: ``/api/sessions/{session_id}/items``).
 - :func:`memory_tools` gives ``FunctionTool`` objects for ``Agent(tools=...)``
   over a :class:`~popagent.adapters.backend.MemoryBackend` (or a
-  ``LongTermMemory`` and a ``resource_id``), so what one session remembers
+  ``Popagent`` and a ``resource_id``), so what one session remembers
   another recalls.
 
 Invariants:
@@ -55,7 +55,7 @@ import httpx
 from ..agent.hooks import Hook
 from ..checks import check_id
 from ..errors import PopagentError
-from ..memory.longterm import LongTermMemory
+from ..root import Popagent
 from ..store.database import Pool
 from ..threads.items import ITEM_BATCH_CAP, SessionItems
 from .backend import MemoryBackend
@@ -194,13 +194,13 @@ class PopagentSession:
     def local(
         cls,
         session_id: str,
-        memory: LongTermMemory | Pool,
+        app: Popagent | Pool,
         resource_id: str,
         *,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> PopagentSession:
         """A session in this process's database, for the resource ``resource_id``."""
-        pool = memory.pool if isinstance(memory, LongTermMemory) else memory
+        pool = app.pool if isinstance(app, Popagent) else app
         return cls(
             session_id,
             _LocalItems(SessionItems(pool), resource_id),
@@ -267,7 +267,7 @@ class PopagentSession:
 
 
 def memory_tools(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None = None,
     *,
     session_id: str | None = None,
@@ -276,7 +276,7 @@ def memory_tools(
     """``remember`` and ``recall`` as SDK function tools over ``backend``.
 
     ``backend`` is a ``MemoryBackend`` (``LocalBackend``, ``popagent.client``'s
-    ``RemoteBackend``) or a ``LongTermMemory`` with the ``resource_id`` it acts
+    ``RemoteBackend``) or a ``Popagent`` with the ``resource_id`` it acts
     for. ``session_id`` is recorded in audit rows and on stored facts (pass the
     ``PopagentSession``'s). ``hooks`` default to an ``AuditHook`` for a local
     backend and none for a remote one (the server audits its own API).

@@ -39,9 +39,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     ) from exc
 
 from ..agent.hooks import Hook
-from ..memory.longterm import LongTermMemory
 from ..memory.render import HEADER
 from ..memory.validation import QUERY_CAP
+from ..root import Popagent
 from .backend import MemoryBackend
 from .tool_calls import RECALL_PARAMETERS, REMEMBER_PARAMETERS, TOOL_DESCRIPTIONS, call_memory_tool
 from .toolkit import NO_MEMORIES, RECALL_LIMIT_DEFAULT, LoopBridge, MemoryToolkit, as_backend
@@ -50,7 +50,7 @@ __all__ = ["RecallProcessor", "memory_capabilities", "memory_toolset"]
 
 
 def _toolkit(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None,
     session_id: str | None,
     hooks: Sequence[Hook] | None,
@@ -61,14 +61,14 @@ def _toolkit(
 
 
 def memory_toolset(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None = None,
     *,
     session_id: str | None = None,
     hooks: Sequence[Hook] | None = None,
 ) -> FunctionToolset[Any]:
     """``remember`` and ``recall`` over ``backend`` (a ``MemoryBackend``, or a
-    ``LongTermMemory`` with the ``resource_id`` it acts for).
+    ``Popagent`` with the ``resource_id`` it acts for).
 
     ``session_id`` is recorded in audit rows and on stored facts. ``hooks``
     default to an ``AuditHook`` for a local backend, none for a remote one.
@@ -131,7 +131,7 @@ class RecallProcessor:
 
     def __init__(
         self,
-        backend: MemoryBackend | LongTermMemory,
+        backend: MemoryBackend | Popagent,
         resource_id: str | None = None,
         *,
         limit: int = RECALL_LIMIT_DEFAULT,
@@ -153,7 +153,7 @@ class RecallProcessor:
 
 
 def memory_capabilities(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None = None,
     *,
     limit: int = RECALL_LIMIT_DEFAULT,

@@ -32,8 +32,8 @@ from ..agent.remember import REMEMBER_SPEC, parse_expires_at
 from ..agent.tools import ToolOutcome
 from ..checks import check_id
 from ..errors import PopagentError
-from ..memory.longterm import LongTermMemory
 from ..models import Outcome
+from ..root import Popagent
 from .backend import LocalBackend, MemoryBackend, render_block
 
 __all__ = [
@@ -64,27 +64,25 @@ NO_MEMORIES = "No relevant long-term memories."
 
 
 def as_backend(
-    backend: MemoryBackend | LongTermMemory,
+    backend: MemoryBackend | Popagent,
     resource_id: str | None = None,
     *,
     origin: str = "library",
 ) -> MemoryBackend:
-    """``backend`` itself, or a :class:`LocalBackend` over a ``LongTermMemory`` and ``resource_id``
+    """``backend`` itself, or a :class:`LocalBackend` over a ``Popagent`` and ``resource_id``
     whose writes record ``origin`` (the adapter's name) as their provenance.
 
     The resource is fixed here, by the application; a ``MemoryBackend`` already has
     one, so giving ``resource_id`` with it is an error rather than silently ignored.
     """
-    if isinstance(backend, LongTermMemory):
+    if isinstance(backend, Popagent):
         if resource_id is None:
-            raise TypeError("a LongTermMemory needs the resource_id it acts for")
+            raise TypeError("a Popagent needs the resource_id it acts for")
         return LocalBackend(backend, check_id("resource_id", resource_id), origin)
     if resource_id is not None:
-        raise TypeError("resource_id is only for a LongTermMemory; a MemoryBackend has its own")
+        raise TypeError("resource_id is only for a Popagent; a MemoryBackend has its own")
     if not isinstance(backend, MemoryBackend):
-        raise TypeError(
-            f"expected a MemoryBackend or a LongTermMemory, not {type(backend).__name__}"
-        )
+        raise TypeError(f"expected a MemoryBackend or a Popagent, not {type(backend).__name__}")
     return backend
 
 
@@ -92,7 +90,7 @@ def default_hooks(backend: MemoryBackend) -> list[Hook]:
     """An ``AuditHook`` for an in-process backend; none for a remote one, whose server
     audits what it serves (and whose database this process cannot reach)."""
     if isinstance(backend, LocalBackend):
-        return [AuditHook(backend.memory.pool)]
+        return [AuditHook(backend.app.pool)]
     return []
 
 
@@ -141,7 +139,7 @@ class LoopBridge:
     ) -> LoopBridge:
         """The bridge for ``backend``: a local backend's loop is its pool's."""
         if isinstance(backend, LocalBackend):
-            return cls(loop or backend.memory.pool.loop, any_loop=True)
+            return cls(loop or backend.app.pool.loop, any_loop=True)
         return cls(loop)
 
     def note_running(self) -> None:

@@ -2,7 +2,7 @@
 
 ::
 
-    agent = Agent(memory, ThreadStore(memory.pool), OpenAIChatModel(settings), secrets=secrets)
+    agent = app.agent(OpenAIChatModel(settings), secrets=secrets)  # app: popagent.connect()'s
     result = await agent.run_turn("popagent-user", "session-1", "I prefer dark mode")
 
 Imports point downward: this package uses ``memory``, ``observe``, ``threads``,

@@ -39,8 +39,8 @@ from typing import Any
 from ..checks import check_id, check_limit
 from ..errors import DatabaseBusyError, DatabaseError
 from ..models import AuditRecord
+from ..store.database import Pool
 from ..threads import audit as audit_store
-from ..threads.turns import Pool
 from .hooks import ModelCallEnd, ModelCallStart, ToolCallEnd, ToolCallStart
 
 __all__ = ["AUDIT_LIST_CAP", "AuditHook", "AuditLog"]
@@ -57,42 +57,51 @@ BUSY_RETRY_DELAYS_S = (0.25, 1.0, 4.0)
 _Queued = tuple[str, list[dict[str, Any]], "asyncio.Future[None]"]
 
 
-def _model_row(start: ModelCallStart, end: ModelCallEnd | None) -> dict[str, Any]:
+def _row(
+    kind: str,
+    start: ModelCallStart | ToolCallStart,
+    end: ModelCallEnd | ToolCallEnd | None,
+    **own: Any,
+) -> dict[str, Any]:
+    """The audit row of a ``kind`` call (``model``, ``tool``) before it runs (``end``
+    ``None``) or after: the columns every call fills, then the kind's ``own``."""
     return {
         "resource_id": start.resource_id,
         "session_id": start.session_id,
         "call_id": start.call_id,
-        "hook": "before_model_call" if end is None else "after_model_call",
-        "tool": None,
-        "model": start.model,
+        "hook": f"before_{kind}_call" if end is None else f"after_{kind}_call",
         "started_at": start.started_at,
         "duration_ms": end.duration_ms if end is not None else None,
         "outcome": end.outcome if end is not None else None,
         "error_type": end.error_type if end is not None else None,
         "input_chars": start.input_chars,
         "output_chars": end.output_chars if end is not None else None,
-        "message_count": start.message_count,
-        "argument_names": None,
+        **own,
     }
+
+
+def _model_row(start: ModelCallStart, end: ModelCallEnd | None) -> dict[str, Any]:
+    return _row(
+        "model",
+        start,
+        end,
+        tool=None,
+        model=start.model,
+        message_count=start.message_count,
+        argument_names=None,
+    )
 
 
 def _tool_row(start: ToolCallStart, end: ToolCallEnd | None) -> dict[str, Any]:
-    return {
-        "resource_id": start.resource_id,
-        "session_id": start.session_id,
-        "call_id": start.call_id,
-        "hook": "before_tool_call" if end is None else "after_tool_call",
-        "tool": start.tool,
-        "model": None,
-        "started_at": start.started_at,
-        "duration_ms": end.duration_ms if end is not None else None,
-        "outcome": end.outcome if end is not None else None,
-        "error_type": end.error_type if end is not None else None,
-        "input_chars": start.input_chars,
-        "output_chars": end.output_chars if end is not None else None,
-        "message_count": None,
-        "argument_names": list(start.argument_names),
-    }
+    return _row(
+        "tool",
+        start,
+        end,
+        tool=start.tool,
+        model=None,
+        message_count=None,
+        argument_names=list(start.argument_names),
+    )
 
 
 class _Writer:

@@ -4,7 +4,9 @@
 it, so both offer the same history, tools and secret tools::
 
     async with AsyncExitStack() as stack:
-        agent = build_agent(memory, model, stack, secrets=secrets)
+        agent = app.configured_agent(model, stack, secrets=secrets)
+
+(``popagent.root.Popagent.configured_agent`` passes its pool and services.)
 
 Invariants:
 - History is observational memory (``ObservationalHistory``); its background
@@ -22,6 +24,7 @@ from contextlib import AsyncExitStack
 from ..llm.protocol import ChatModel
 from ..memory.longterm import LongTermMemory
 from ..secrets import SecretStore
+from ..store.database import Pool
 from ..threads import ThreadStore
 from .observational import ObservationalHistory
 from .turn import Agent
@@ -30,7 +33,9 @@ __all__ = ["build_agent"]
 
 
 def build_agent(
+    pool: Pool,
     memory: LongTermMemory,
+    threads: ThreadStore,
     model: ChatModel,
     stack: AsyncExitStack,
     *,
@@ -41,10 +46,11 @@ def build_agent(
     history = ObservationalHistory(model)
     stack.push_async_callback(history.aclose)
     return Agent(
+        pool,
         memory,
-        ThreadStore(memory.pool),
+        threads,
         model,
         secrets=secrets,
         history=history,
-        tools=[history.retrieval_tool()],
+        tools=[history.retrieval_tool(pool)],
     )

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from ..llm.protocol import ChatMessage, ToolCall
 from ..models import Message
+from ..store.database import Pool
 from ..threads import turns
-from ..threads.turns import Pool
 
 __all__ = ["HistoryRequest", "HistorySource", "RecentMessages", "to_chat_messages"]
 

@@ -137,32 +137,25 @@ class HookSet:
         return bool(self.hooks)
 
     async def before_model_call(self, event: ModelCallStart) -> None:
-        for hook in self.hooks:
-            try:
-                await hook.before_model_call(event)
-            except Exception as exc:
-                _log_failure(hook, "before_model_call", exc)
+        await self._each("before_model_call", event)
 
     async def after_model_call(self, event: ModelCallEnd) -> None:
-        for hook in self.hooks:
-            try:
-                await hook.after_model_call(event)
-            except Exception as exc:
-                _log_failure(hook, "after_model_call", exc)
+        await self._each("after_model_call", event)
 
     async def before_tool_call(self, event: ToolCallStart) -> None:
-        for hook in self.hooks:
-            try:
-                await hook.before_tool_call(event)
-            except Exception as exc:
-                _log_failure(hook, "before_tool_call", exc)
+        await self._each("before_tool_call", event)
 
     async def after_tool_call(self, event: ToolCallEnd) -> None:
+        await self._each("after_tool_call", event)
+
+    async def _each(self, method: str, event: object) -> None:
+        """Call ``method`` of every hook with ``event``, in order; a hook's failure is
+        logged, never raised, and the next hook is called all the same."""
         for hook in self.hooks:
             try:
-                await hook.after_tool_call(event)
+                await getattr(hook, method)(event)
             except Exception as exc:
-                _log_failure(hook, "after_tool_call", exc)
+                _log_failure(hook, method, exc)
 
     async def drain(self, call_ids: Collection[str] | None = None) -> None:
         """Wait for work hooks do in the background (a hook's optional ``drain()``): that of

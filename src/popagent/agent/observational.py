@@ -1,7 +1,7 @@
 """Observational memory in the turn pipeline: ``ObservationalHistory`` and its history tool.
 
 ``ObservationalHistory`` is a ``HistorySource``: ``Agent(history=ObservationalHistory(model))``.
-``ReadHistoryTool`` (from ``history.retrieval_tool()``) lets the model page
+``ReadHistoryTool`` (from ``history.retrieval_tool(pool)``) lets the model page
 through exact source messages; the Agent offers it only while the resource's
 ``retrieval_scope`` is ``thread`` or ``resource``.
 
@@ -45,6 +45,7 @@ from ..observe.retrieval import (
 from ..observe.settings_store import MemorySettingsStore
 from ..observe.text import GAP_SECONDS, gap_text
 from ..observe.tokens import TokenCounter
+from ..store.database import Pool
 from .history import HistoryRequest, to_chat_messages
 from .tools import ToolContext, ToolOutcome
 
@@ -227,8 +228,9 @@ class ObservationalHistory:
             return None
         return self._scopes.get((resource_id, session_id))
 
-    def retrieval_tool(self) -> ReadHistoryTool:
-        return ReadHistoryTool(self)
+    def retrieval_tool(self, pool: Pool) -> ReadHistoryTool:
+        """The ``read_history`` tool over this history's retrieval scope, reading ``pool``."""
+        return ReadHistoryTool(self, pool)
 
 
 _SCHEMA: dict[str, Any] = {
@@ -253,8 +255,9 @@ class ReadHistoryTool:
     labelled untrusted context and nothing is retained from them.
     """
 
-    def __init__(self, history: ObservationalHistory) -> None:
+    def __init__(self, history: ObservationalHistory, pool: Pool) -> None:
         self.history = history
+        self._pool = pool
 
     @property
     def name(self) -> str:
@@ -278,11 +281,11 @@ class ReadHistoryTool:
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         scope = self.history.retrieval_scope(ctx.resource_id, ctx.session_id)
         if scope is None or ctx.session_id is None:
-            snapshot = await MemorySettingsStore(ctx.memory.pool).snapshot(ctx.resource_id)
+            snapshot = await MemorySettingsStore(self._pool).snapshot(ctx.resource_id)
             scope = snapshot.retrieval_scope
         if scope is None or ctx.session_id is None:
             raise ValidationError("retrieval_scope", "exact-history retrieval is off")
-        pool = ctx.memory.pool
+        pool = self._pool
         if arguments.get("list_chats"):
             sessions = await list_history_sessions(pool, ctx.resource_id, scope)
             return ToolOutcome.ok(render_sessions(sessions, ctx.session_id))

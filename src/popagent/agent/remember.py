@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import PopagentError, ValidationError
+from ..llm._tool_spec import SpecTool, object_schema, string_arg
 from ..llm.protocol import ToolSpec
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP
 from .tools import ToolContext, ToolOutcome
@@ -40,28 +41,23 @@ REMEMBER_SPEC = ToolSpec(
         "use set_secret for credentials). Conversations are already kept automatically; only "
         "call this for facts worth recalling later."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "content": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": FACT_CONTENT_CAP,
-                "description": (
+    parameters=object_schema(
+        {
+            "content": string_arg(
+                (
                     "The fact as one short, self-contained statement that makes sense on its "
                     "own later, e.g. 'Prefers dark mode in every app'."
                 ),
-            },
-            "key": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": KEY_CAP,
-                "description": (
+                max_length=FACT_CONTENT_CAP,
+            ),
+            "key": string_arg(
+                (
                     "Optional stable, dotted name for a fact whose value can change, e.g. "
                     "'ui.theme' or 'profile.home_city'. Saving again with the same key "
                     "replaces the previous value. Leave it out for facts that never change."
                 ),
-            },
+                max_length=KEY_CAP,
+            ),
             "importance": {
                 "type": "number",
                 "minimum": 0,
@@ -71,21 +67,18 @@ REMEMBER_SPEC = ToolSpec(
                     "that matter for safety or that the user stressed."
                 ),
             },
-            "expires_at": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": EXPIRES_AT_CHARS,
-                "description": (
+            "expires_at": string_arg(
+                (
                     "Optional time after which the fact is no longer true, as ISO 8601 with a "
                     "time zone, e.g. '2030-06-30T18:00:00+02:00'. After it the fact is never "
                     "recalled and is removed. Only for facts with a known end (a trip, a "
                     "temporary address); leave it out for lasting facts."
                 ),
-            },
+                max_length=EXPIRES_AT_CHARS,
+            ),
         },
-        "required": ["content"],
-        "additionalProperties": False,
-    },
+        ["content"],
+    ),
 )
 
 
@@ -108,17 +101,11 @@ def parse_expires_at(value: object) -> datetime | None:
     return parsed
 
 
-class RememberTool:
+class RememberTool(SpecTool):
     """``remember(content, key?, importance?, expires_at?)`` over the context's
     ``LongTermMemory``, recording the context's provenance."""
 
-    @property
-    def name(self) -> str:
-        return REMEMBER_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return REMEMBER_SPEC
+    SPEC = REMEMBER_SPEC
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PopagentError
+from ..llm._tool_spec import SpecTool, object_schema, string_arg
 from ..llm.protocol import ToolSpec
 from ..secrets.store import SCRUB_MIN_LENGTH, VALUE_CAP_BYTES
 from .tools import Tool, ToolContext, ToolOutcome
@@ -50,20 +51,16 @@ SET_SECRET_SPEC = ToolSpec(
         "encrypted secret store under a name, replacing any secret of that name. Use this, "
         "never `remember`, for credentials. Afterwards refer to it only by name."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "name": _NAME_SCHEMA,
-            "value": {
-                "type": "string",
-                "minLength": SCRUB_MIN_LENGTH,
-                "maxLength": VALUE_CAP_BYTES,
-                "description": "The exact secret value, as the user gave it.",
-            },
-        },
-        "required": ["name", "value"],
-        "additionalProperties": False,
-    },
+            "value": string_arg(
+                "The exact secret value, as the user gave it.",
+                max_length=VALUE_CAP_BYTES,
+                min_length=SCRUB_MIN_LENGTH,
+            ),
+        }
+    ),
 )
 
 LIST_SECRETS_SPEC = ToolSpec(
@@ -75,12 +72,7 @@ LIST_SECRETS_SPEC = ToolSpec(
 DELETE_SECRET_SPEC = ToolSpec(
     name="delete_secret",
     description="Delete the stored secret with this name.",
-    parameters={
-        "type": "object",
-        "properties": {"name": _NAME_SCHEMA},
-        "required": ["name"],
-        "additionalProperties": False,
-    },
+    parameters=object_schema({"name": _NAME_SCHEMA}),
 )
 
 
@@ -89,14 +81,8 @@ def _refused(exc: PopagentError) -> ToolOutcome:
     return ToolOutcome.refused(f"Refused: {exc}", error_type=type(exc).__name__)
 
 
-class SetSecretTool:
-    @property
-    def name(self) -> str:
-        return SET_SECRET_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return SET_SECRET_SPEC
+class SetSecretTool(SpecTool):
+    SPEC = SET_SECRET_SPEC
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         name = arguments["name"]
@@ -110,14 +96,8 @@ class SetSecretTool:
         )
 
 
-class ListSecretsTool:
-    @property
-    def name(self) -> str:
-        return LIST_SECRETS_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return LIST_SECRETS_SPEC
+class ListSecretsTool(SpecTool):
+    SPEC = LIST_SECRETS_SPEC
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         if ctx.secrets is None:
@@ -128,14 +108,8 @@ class ListSecretsTool:
         return ToolOutcome.ok("Stored secrets: " + ", ".join(info.name for info in infos))
 
 
-class DeleteSecretTool:
-    @property
-    def name(self) -> str:
-        return DELETE_SECRET_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return DELETE_SECRET_SPEC
+class DeleteSecretTool(SpecTool):
+    SPEC = DELETE_SECRET_SPEC
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         if ctx.secrets is None:

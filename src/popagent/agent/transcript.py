@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from ..llm.protocol import ChatMessage, ToolCall
 from ..models import Message, Outcome, Role
+from ..store.database import Conn, Pool
 from ..threads import ThreadStore, turns
-from ..threads.turns import Conn, Pool
 from .scrubber import SecretScrubber
 
 __all__ = ["Transcript"]

@@ -65,6 +65,7 @@ from ..memory.render import render
 from ..memory.validation import QUERY_CAP, TOOL_CALL_ID_CAP, check_provenance
 from ..models import Memory, Outcome, Provenance, RecallResult, TurnStatus
 from ..secrets import SecretStore
+from ..store.database import Pool
 from ..threads import ThreadStore, turns
 from ..threads.service import MESSAGE_CAP
 from .audit import AuditHook
@@ -183,10 +184,15 @@ class Agent:
     application's own (names must be unique). ``hooks`` defaults to one
     ``AuditHook``; pass ``[]`` for none. ``history`` defaults to
     ``RecentMessages()``.
+
+    ``pool``, ``memory`` and ``threads`` are the composition root's
+    (``popagent.root.Popagent``: ``app.agent(model)`` builds one): the turn's
+    lock, transcript, history and episode all use that one pool.
     """
 
     def __init__(
         self,
+        pool: Pool,
         memory: LongTermMemory,
         threads: ThreadStore,
         model: ChatModel,
@@ -198,6 +204,7 @@ class Agent:
         history: HistorySource | None = None,
         max_tool_rounds: int = 8,
     ) -> None:
+        self.pool = pool
         self.memory = memory
         self.threads = threads
         self.model = model
@@ -205,7 +212,7 @@ class Agent:
         self.recall_limit = check_limit(recall_limit, "recall_limit")
         self.max_tool_rounds = check_limit(max_tool_rounds, "max_tool_rounds", MAX_TOOL_ROUNDS_CAP)
         self.history: HistorySource = history if history is not None else RecentMessages()
-        self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
+        self.hooks = HookSet([AuditHook(pool)] if hooks is None else hooks)
         builtin: list[Tool] = [RememberTool()]
         if secrets is not None:
             builtin.extend(secret_tools())
@@ -243,7 +250,7 @@ class Agent:
         now = check_time("now", now)
         # One turn at a time per session, across processes too (``serve
         # --workers``, ``popagent chat`` and library callers on one database).
-        async with turns.session_turn_lock(self.memory.pool, resource_id, session_id):
+        async with turns.session_turn_lock(self.pool, resource_id, session_id):
             return await self._locked_turn(resource_id, session_id, user_text, on_text, now, began)
 
     async def _locked_turn(
@@ -256,14 +263,14 @@ class Agent:
         began: float,
     ) -> TurnResult:
         scrubber = await self._known_secrets(resource_id)
-        transcript = Transcript(self.threads, self.memory.pool, resource_id, session_id, scrubber)
+        transcript = Transcript(self.threads, self.pool, resource_id, session_id, scrubber)
         # Recall reads long-term memory only, so it runs beside the thread
         # writes and the history read (each on its own pooled connection).
         recall = asyncio.ensure_future(self._recall(resource_id, scrubber.scrub(user_text), now))
         try:
             # History first: everything stored so far precedes the new message.
             history = await self.history.load(
-                HistoryRequest(resource_id, session_id, None, self.memory.pool)
+                HistoryRequest(resource_id, session_id, None, self.pool)
             )
             await transcript.add_user(user_text)  # starts the turn
             recalled, recall_ms = await recall
@@ -354,7 +361,7 @@ class Agent:
         )
 
         async def store() -> Memory | None:
-            async with self.memory.pool.connection() as conn, conn.transaction():
+            async with self.pool.connection() as conn, conn.transaction():
                 answer = await transcript.add_final(final, conn)
                 if draft is None:
                     return None
@@ -382,7 +389,7 @@ class Agent:
         try:
             async with asyncio.timeout(END_TURN_TIMEOUT_S):
                 await turns.end_turn(
-                    self.memory.pool,
+                    self.pool,
                     transcript.resource_id,
                     transcript.session_id,
                     transcript.turn_id,

@@ -25,7 +25,7 @@ from contextlib import AsyncExitStack
 
 import click
 
-from ..agent import Agent, TurnResult, build_agent
+from ..agent import Agent, TurnResult
 from ..checks import check_new_session_id
 from ..connection import connect
 from ..embed import configured_embedder
@@ -33,7 +33,7 @@ from ..errors import NotFoundError, PopagentError, TurnFailedError
 from ..llm import ModelSettings, OpenAIChatModel
 from ..models import Session
 from ..observe.state import read_generations
-from ..secrets import SecretCipher, SecretKeyError, SecretStore
+from ..secrets import SecretCipher, SecretKeyError
 from ..threads.service import PAGE_CAP
 from .common import Settings, exit_codes, memory_line, one_line, secret_cipher, session_line
 from .sessions import first_user_messages, history_lines
@@ -103,7 +103,7 @@ def chat_command(
     with exit_codes(), asyncio.Runner() as runner:
         stack = AsyncExitStack()
         try:
-            memory = runner.run(
+            app = runner.run(
                 stack.enter_async_context(
                     connect(
                         settings.database_url,
@@ -113,13 +113,13 @@ def chat_command(
                     )
                 )
             )
-            runner.run(memory.warm_up())  # not in the first turn
-            memory.watch_vectors(settings.resource_id)
+            runner.run(app.memory.warm_up())  # not in the first turn
+            app.memory.watch_vectors(settings.resource_id)
             model = runner.run(stack.enter_async_context(OpenAIChatModel(model_settings)))
-            secrets = None if cipher is None else SecretStore(memory.pool, cipher)
+            secrets = None if cipher is None else app.secrets(cipher)
             # Background buffering runs while turns run (the loop is idle while the
             # chat waits for input); ``stack`` cancels what still runs at exit.
-            agent = build_agent(memory, model, stack, secrets=secrets)
+            agent = app.configured_agent(model, stack, secrets=secrets)
             click.echo(
                 f"popagent chat: model {model.model} at {model.provider}, "
                 f"resource {settings.resource_id}"
@@ -316,9 +316,7 @@ class _Chat:
             click.echo(line)
 
     def _show_observations(self) -> None:
-        logs = self.runner.run(
-            read_generations(self.agent.memory.pool, self.resource_id, self.session_id)
-        )
+        logs = self.runner.run(read_generations(self.agent.pool, self.resource_id, self.session_id))
         head = logs[-1] if logs else None
         if head is None or not head.observations.strip():
             click.echo("No observations yet in this session.")

@@ -28,8 +28,8 @@ from ..errors import PopagentError, ValidationError
 
 if TYPE_CHECKING:
     from ..keys import Limits
-    from ..memory.longterm import LongTermMemory
     from ..models import Memory, Message, Session
+    from ..root import Popagent
     from ..secrets import SecretCipher
 
 __all__ = [
@@ -82,8 +82,9 @@ def exit_codes() -> Iterator[None]:
         raise click.ClickException(" ".join(str(exc).split())) from exc
 
 
-def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]]) -> T:
-    """Open the database, run ``action(memory, resource_id)``, map errors to exit codes."""
+def run(ctx: click.Context, action: Callable[[Popagent, str], Awaitable[T]]) -> T:
+    """Open the database, run ``action(app, resource_id)`` (``app``: ``connect()``'s
+    ``Popagent``), map errors to exit codes."""
     # Imported here, not at the top: ``popagent --help`` must not pay for them.
     from ..connection import connect
     from ..embed import configured_embedder
@@ -96,8 +97,8 @@ def run(ctx: click.Context, action: Callable[[LongTermMemory, str], Awaitable[T]
             data_dir=settings.data_dir,
             max_size=4,
             embedder=configured_embedder(),
-        ) as memory:
-            return await action(memory, settings.resource_id)
+        ) as app:
+            return await action(app, settings.resource_id)
 
     with exit_codes():
         return asyncio.run(main())

@@ -84,9 +84,9 @@ def embed_command(
         async def main() -> None:
             async with connect(
                 settings.database_url, data_dir=settings.data_dir, embedder=chosen, max_size=2
-            ) as memory:
+            ) as app:
                 try:
-                    report = await memory.embed_missing(
+                    report = await app.memory.embed_missing(
                         None if all_resources else settings.resource_id,
                         batch_size=batch_size,
                         max_memories=max_memories,

@@ -37,8 +37,8 @@ def _run(ctx: click.Context, action: Callable[[KeyStore], Awaitable[T]]) -> T:
     async def main() -> T:
         async with connect(
             settings.database_url, data_dir=settings.data_dir, max_size=2, embedder=None
-        ) as memory:
-            return await action(KeyStore(memory.pool))
+        ) as app:
+            return await action(app.keys)
 
     with exit_codes():
         return asyncio.run(main())

@@ -175,13 +175,13 @@ async def _serve_until_done(
         data_dir=settings.data_dir,
         max_size=pool_size,
         embedder=configured_embedder(),
-    ) as memory:
+    ) as app:
         # The model loads now, not in the first recall; memories stored without
         # vectors (by any process) get them in the background meanwhile.
-        await memory.warm_up()
+        await app.memory.warm_up()
         if not multi_resource:
-            memory.watch_vectors(resource_id)
-        server = MemoryServer(memory, resource_id, multi_resource=multi_resource, limits=limits)
+            app.memory.watch_vectors(resource_id)
+        server = MemoryServer(app, resource_id, multi_resource=multi_resource, limits=limits)
         if sock is None:
             _note(f"serving resource {resource_id!r} over stdio")
             await serve_stdio(server)

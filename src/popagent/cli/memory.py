@@ -112,7 +112,7 @@ def remember(
     expiry = _expires_at(expires_at)
     result = run(
         ctx,
-        lambda m, r: m.remember(
+        lambda app, r: app.memory.remember(
             r,
             content,
             key=key,
@@ -150,7 +150,7 @@ def recall(
 
     Memories stored since the last command may still lack their vectors (the
     server writes them in the background): up to 256 are written here first."""
-    report: RecallReport = run(ctx, lambda m, r: _recall_caught_up(m, r, query, limit))
+    report: RecallReport = run(ctx, lambda app, r: _recall_caught_up(app.memory, r, query, limit))
     results = report.results
     block = render(results, budget=budget)
     if report.pending:
@@ -217,17 +217,29 @@ def version_line(v: FactVersion) -> str:
     )
 
 
-@click.group()
-def facts() -> None:
-    """List, show, add, edit and delete facts; read and restore their earlier values."""
+def _kind_group(kind: Kind, help: str, *filters: str) -> click.Group:
+    """The command group of one kind (``facts``, ``episodes``) with its ``list``
+    command, which takes the options of these ``MemoryFilter`` fields."""
+    group = click.Group(f"{kind}s", help=help)
+
+    @group.command("list")
+    @_filter_options(kind, *filters)
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def list_kind(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
+        print_memories(run(ctx, lambda app, r: app.memory.list(r, where)), as_json)
+
+    return group
 
 
-@facts.command("list")
-@_filter_options("fact", "key", "text", "limit", "offset")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def facts_list(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
-    print_memories(run(ctx, lambda m, r: m.list(r, where)), as_json)
+facts = _kind_group(
+    "fact",
+    "List, show, add, edit and delete facts; read and restore their earlier values.",
+    "key",
+    "text",
+    "limit",
+    "offset",
+)
 
 
 @facts.command("show")
@@ -235,7 +247,7 @@ def facts_list(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
 @click.pass_context
 def facts_show(ctx: click.Context, fact: str) -> None:
     """Print FACT (an id, or a current fact's key) as JSON."""
-    emit_json(run(ctx, lambda m, r: _current(m, r, fact)).to_json())
+    emit_json(run(ctx, lambda app, r: _current(app.memory, r, fact)).to_json())
 
 
 @facts.command("add")
@@ -251,7 +263,7 @@ def facts_add(
     expiry = _expires_at(expires_at)
     fact = run(
         ctx,
-        lambda m, r: m.create_fact(
+        lambda app, r: app.memory.create_fact(
             r, content, key=key, importance=importance, expires_at=expiry, provenance=CLI
         ),
     )
@@ -293,7 +305,7 @@ def facts_edit(
     expiry = _expires_at(expires_at)
     fact = run(
         ctx,
-        lambda m, r: m.update_fact(
+        lambda app, r: app.memory.update_fact(
             r,
             id,
             content=content,
@@ -318,7 +330,7 @@ def facts_edit(
 @click.pass_context
 def facts_delete(ctx: click.Context, id: int, purge: bool) -> None:
     """Delete a fact; `facts restore` can bring it back unless --purge."""
-    run(ctx, lambda m, r: m.delete(r, id, kind="fact", purge=purge, origin=CLI.origin))
+    run(ctx, lambda app, r: app.memory.delete(r, id, kind="fact", purge=purge, origin=CLI.origin))
     click.echo(f"deleted fact {id}" + (" and its history" if purge else ""))
 
 
@@ -371,7 +383,7 @@ async def _history(
 @click.pass_context
 def facts_history(ctx: click.Context, fact: str, as_json: bool) -> None:
     """Earlier values of FACT (an id, or a current fact's key), newest first."""
-    current, versions = run(ctx, lambda m, r: _history(m, r, fact))
+    current, versions = run(ctx, lambda app, r: _history(app.memory, r, fact))
     if as_json:
         emit_json(
             {
@@ -401,31 +413,28 @@ def facts_history(ctx: click.Context, fact: str, as_json: bool) -> None:
 @click.pass_context
 def facts_restore(ctx: click.Context, id: int, version: int, as_json: bool) -> None:
     """Make VERSION of fact ID current again (a deleted fact comes back under its id)."""
-    fact = run(ctx, lambda m, r: m.restore_fact(r, id, version, provenance=CLI))
+    fact = run(ctx, lambda app, r: app.memory.restore_fact(r, id, version, provenance=CLI))
     if as_json:
         emit_json(fact.to_json())
     else:
         click.echo(f"restored fact {fact.id} to version {version} (now version {fact.version})")
 
 
-@click.group()
-def episodes() -> None:
-    """List and delete episodes (episodes are immutable)."""
-
-
-@episodes.command("list")
-@_filter_options("episode", "session_id", "text", "limit", "offset")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def episodes_list(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
-    print_memories(run(ctx, lambda m, r: m.list(r, where)), as_json)
+episodes = _kind_group(
+    "episode",
+    "List and delete episodes (episodes are immutable).",
+    "session_id",
+    "text",
+    "limit",
+    "offset",
+)
 
 
 @episodes.command("delete")
 @click.argument("id", type=click.IntRange(1, ID_MAX))
 @click.pass_context
 def episodes_delete(ctx: click.Context, id: int) -> None:
-    run(ctx, lambda m, r: m.delete(r, id, kind="episode"))
+    run(ctx, lambda app, r: app.memory.delete(r, id, kind="episode"))
     click.echo(f"deleted episode {id}")
 
 
@@ -443,7 +452,7 @@ def cleanup(ctx: click.Context, kind: str | None, older_than: str | None, yes: b
     )
     if not yes and not click.confirm(f"Delete all {what} of resource {settings.resource_id!r}?"):
         raise click.Abort()
-    deleted = run(ctx, lambda m, r: m.cleanup(r, kind=kind, older_than=cutoff))  # type: ignore[arg-type]
+    deleted = run(ctx, lambda app, r: app.memory.cleanup(r, kind=kind, older_than=cutoff))  # type: ignore[arg-type]
     click.echo(f"deleted {plural(deleted, 'memory', 'memories')}")
 
 
@@ -452,7 +461,7 @@ def cleanup(ctx: click.Context, kind: str | None, older_than: str | None, yes: b
 def maintain(ctx: click.Context) -> None:
     """Apply retention to every resource: 90-day episode age, 5,000 episodes per resource,
     facts past their expiry (their last value stays in their history)."""
-    report = run(ctx, lambda m, _r: m.maintain())
+    report = run(ctx, lambda app, _r: app.memory.maintain())
     click.echo(
         f"deleted {report.expired_episodes:,} expired and "
         f"{plural(report.capped_episodes, 'over-cap episode')}, "

@@ -21,9 +21,9 @@ from typing import BinaryIO
 
 import click
 
-from ..memory.longterm import LongTermMemory
 from ..offload import stop_processes, use_processes
 from ..portable import ImportReport, export_resource, import_mem0, import_resource
+from ..root import Popagent
 from .common import Settings, emit_json, plural, run
 
 __all__ = ["export_command", "import_command"]
@@ -51,9 +51,9 @@ def export_command(ctx: click.Context, include_secrets: bool, output: str) -> No
     resource_id = settings.resource_id
     if output == "-":
 
-        async def to_stdout(memory: LongTermMemory, _r: str) -> dict[str, int]:
+        async def to_stdout(app: Popagent, _r: str) -> dict[str, int]:
             return await export_resource(
-                memory.pool, resource_id, sys.stdout, include_secrets=include_secrets
+                app.pool, resource_id, sys.stdout, include_secrets=include_secrets
             )
 
         counts = run(ctx, to_stdout)
@@ -66,9 +66,9 @@ def export_command(ctx: click.Context, include_secrets: bool, output: str) -> No
         try:
             with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
 
-                async def to_file(memory: LongTermMemory, _r: str) -> dict[str, int]:
+                async def to_file(app: Popagent, _r: str) -> dict[str, int]:
                     return await export_resource(
-                        memory.pool, resource_id, out, include_secrets=include_secrets
+                        app.pool, resource_id, out, include_secrets=include_secrets
                     )
 
                 counts = run(ctx, to_file)
@@ -121,11 +121,11 @@ def import_command(
     # The default resource does not count, so that a file goes back to its own resource.
     resource = settings.resource_id if settings.resource_given else None
 
-    async def load(memory: LongTermMemory, _r: str) -> ImportReport:
+    async def load(app: Popagent, _r: str) -> ImportReport:
         # Read as it goes (a line, or a Mem0 memory, at a time), never whole.
         if source == "mem0":
-            return await import_mem0(memory.pool, file, resource_id=resource, dry_run=dry_run)
-        return await import_resource(memory.pool, file, resource_id=resource, dry_run=dry_run)
+            return await import_mem0(app.pool, file, resource_id=resource, dry_run=dry_run)
+        return await import_resource(app.pool, file, resource_id=resource, dry_run=dry_run)
 
     # The lines are checked in worker processes where there are CPUs to spare (on a
     # small machine the database needs them); they start only for a large file.

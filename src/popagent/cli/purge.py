@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..memory.purge import PurgeReport
+from ..models import PurgeReport
 from .common import Settings, emit_json, plural, run
 
 __all__ = ["purge_command"]
@@ -37,11 +37,11 @@ def purge_command(ctx: click.Context, yes: bool, no_vacuum: bool, as_json: bool)
         "audit rows)? This cannot be undone"
     ):
         raise click.Abort()
-    report: PurgeReport = run(ctx, lambda m, _r: m.purge(target, vacuum=not no_vacuum))
+    report: PurgeReport = run(ctx, lambda app, _r: app.memory.purge(target, vacuum=not no_vacuum))
     if as_json:
-        emit_json(report.to_json())
+        emit_json({"resource_id": target, **report.to_json()})
         return
-    for table, n in report.deleted:
+    for table, n in report.deleted.items():
         click.echo(f"{table:<28} {n:>10,}")
     click.echo(f"purged {plural(report.total, 'row')} of resource {target!r}")
     if report.vacuum_error is not None:

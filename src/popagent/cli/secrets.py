@@ -28,7 +28,7 @@ def _with_store(ctx: click.Context, action: Callable[[SecretStore, str], Awaitab
     """Load the key (before touching the database), then run ``action(store, resource_id)``."""
     with exit_codes():
         cipher = secret_cipher()
-    return run(ctx, lambda m, r: action(SecretStore(m.pool, cipher), r))
+    return run(ctx, lambda app, r: action(app.secrets(cipher), r))
 
 
 def _info_json(info: SecretInfo) -> dict[str, object]:

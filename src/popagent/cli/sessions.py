@@ -64,7 +64,7 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
         rows = await threads.list_sessions(r, limit=limit, offset=offset)
         return rows, {} if as_json else await first_user_messages(threads, r, rows)
 
-    rows, previews = run(ctx, lambda m, r: action(ThreadStore(m.pool), r))
+    rows, previews = run(ctx, lambda app, r: action(app.threads, r))
     if as_json:
         emit_json([s.to_json() for s in rows])
     elif not rows:
@@ -98,7 +98,7 @@ def sessions_show(
         )
         return session, page, more
 
-    session, page, more = run(ctx, lambda m, r: action(ThreadStore(m.pool), r))
+    session, page, more = run(ctx, lambda app, r: action(app.threads, r))
     next_after_id = page[-1].id if more else None
     if as_json:
         emit_json(
@@ -127,7 +127,7 @@ def sessions_show(
 @click.pass_context
 def sessions_rename(ctx: click.Context, session_id: str, title: str) -> None:
     """Set a session's title ('' clears it)."""
-    renamed = run(ctx, lambda m, r: ThreadStore(m.pool).rename_session(r, session_id, title))
+    renamed = run(ctx, lambda app, r: app.threads.rename_session(r, session_id, title))
     if renamed.title is None:
         click.echo(f"cleared the title of session {session_id}")
     else:
@@ -145,7 +145,7 @@ def sessions_delete(ctx: click.Context, session_id: str, yes: bool) -> None:
         "Long-term memories (facts and episodes) are kept"
     ):
         raise click.Abort()
-    run(ctx, lambda m, r: ThreadStore(m.pool).delete_session(r, session_id))
+    run(ctx, lambda app, r: app.threads.delete_session(r, session_id))
     click.echo(
         f"deleted session {session_id} and its messages; long-term memories (facts and "
         "episodes) are kept (`popagent cleanup` removes those)"

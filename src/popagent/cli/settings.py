@@ -12,7 +12,7 @@ import click
 
 from ..errors import ValidationError
 from ..observe.settings import SETTINGS, format_setting, parse_setting
-from ..observe.settings_store import MemorySettingsStore, StoredSettings
+from ..observe.settings_store import StoredSettings
 from .common import Settings, emit_json, one_line, run, when
 
 __all__ = ["settings_group"]
@@ -56,7 +56,7 @@ def settings_group() -> None:
 @click.pass_context
 def settings_show(ctx: click.Context, as_json: bool, verbose: bool) -> None:
     """Every setting with its value; '*' marks one changed from its default."""
-    stored = run(ctx, lambda m, r: MemorySettingsStore(m.pool).read(r))
+    stored = run(ctx, lambda app, r: app.settings.read(r))
     if as_json:
         emit_json(
             {
@@ -98,7 +98,7 @@ def settings_set(ctx: click.Context, assignments: tuple[str, ...]) -> None:
         raise click.UsageError(
             f"{len(problems)} problems, nothing was written:\n  " + "\n  ".join(problems)
         )
-    stored = run(ctx, lambda m, r: MemorySettingsStore(m.pool).update_stored(r, changes))
+    stored = run(ctx, lambda app, r: app.settings.update_stored(r, changes))
     for name in changes:
         click.echo(f"{name} = {_shown(name, getattr(stored.settings, name))}")
     click.echo(f"version {stored.version}; applies from the next turn")
@@ -114,5 +114,5 @@ def settings_reset(ctx: click.Context, yes: bool) -> None:
         f"Reset every memory setting of resource {settings.resource_id!r} to its default?"
     ):
         raise click.Abort()
-    run(ctx, lambda m, r: MemorySettingsStore(m.pool).reset(r))
+    run(ctx, lambda app, r: app.settings.reset(r))
     click.echo("memory settings reset to their defaults; applies from the next turn")

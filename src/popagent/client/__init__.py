@@ -33,6 +33,7 @@ from ..models import (
     ObservationGroupInfo,
     Observations,
     Page,
+    PurgeReport,
     RecallPreview,
     RevertReport,
     SessionItem,
@@ -52,12 +53,7 @@ from .errors import (
     TransportError,
     UnauthorizedError,
 )
-from .shapes import (
-    ChatDelta,
-    MaintenanceSchedule,
-    PurgeReport,
-    ServerInfo,
-)
+from .shapes import ChatDelta, MaintenanceSchedule, ServerInfo
 from .sync import Client, paged
 
 __all__ = [

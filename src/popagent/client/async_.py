@@ -37,6 +37,7 @@ from ..models import (
     MessagePage,
     Observations,
     Page,
+    PurgeReport,
     RecallPreview,
     RevertReport,
     Session,
@@ -56,7 +57,7 @@ from ._base import (
 )
 from .calls import UNSET, Call, Unset
 from .errors import error_from_response
-from .shapes import ChatDelta, PurgeReport, ServerInfo
+from .shapes import ChatDelta, ServerInfo
 
 __all__ = ["AsyncClient", "apaged"]
 
@@ -151,8 +152,26 @@ class AsyncClient:
         first = MemoryFilter() if where is None else where
         return apaged(lambda offset: self.list(replace(first, offset=offset)), first.offset)
 
-    async def get_memory(self, id: int) -> Memory:
-        return await self._run(calls.get_memory(id))
+    async def get(self, id: int, *, kind: Kind | None = None) -> Memory:
+        """Memory ``id``, of ``kind`` when given (``None``: a fact or an episode);
+        ``NotFoundError`` otherwise. As ``LongTermMemory.get``. A fact by its key:
+        ``list(MemoryFilter(kind="fact", key=key))``, as in the library."""
+        return await self._run(calls.get(id, kind=kind))
+
+    async def delete(self, id: int, *, kind: Kind | None = None, purge: bool = False) -> None:
+        """Delete memory ``id``, of ``kind`` when given (``None``: whichever kind it is,
+        which costs one more request to learn); ``NotFoundError`` when there is none.
+
+        As ``LongTermMemory.delete``: a fact's last value stays in its history
+        (restorable) unless ``purge``, which removes every version too (with
+        ``kind="fact"``, also of a fact deleted earlier); an episode has no history,
+        so ``purge`` is refused for one (``ValidationError``). The server records
+        who ended a fact itself (``origin="api"``, no session): no ``origin`` or
+        ``session_id`` here."""
+        if kind is None:  # each kind has its own route: learn it, as the library does
+            found = await self.get(id)
+            kind = found.kind
+        await self._run(calls.delete(id, kind=kind, purge=purge))
 
     async def create_fact(
         self,
@@ -167,13 +186,6 @@ class AsyncClient:
         return await self._run(
             calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
         )
-
-    async def get_fact(self, id: int) -> Memory:
-        return await self._run(calls.get_fact(id))
-
-    async def get_fact_by_key(self, key: str) -> Memory:
-        """The current fact of ``key``; ``NotFoundError`` when no fact has it."""
-        return await self._run(calls.get_fact_by_key(key))
 
     async def put_fact(
         self,
@@ -206,11 +218,6 @@ class AsyncClient:
             )
         )
 
-    async def delete_fact(self, id: int, *, purge: bool = False) -> None:
-        """Delete the fact; its last value stays in its history (restorable) unless
-        ``purge``, which removes every version too."""
-        await self._run(calls.delete_fact(id, purge=purge))
-
     async def fact_history(self, id: int) -> FactHistory:
         """The fact as it stands (``current``, ``None`` once deleted or expired) and
         every earlier value, newest first; ``NotFoundError`` once purged."""
@@ -221,12 +228,6 @@ class AsyncClient:
         comes back under its id. ``NotFoundError`` for an unknown version,
         ``ConflictError`` when its key or content is now another fact's."""
         return await self._run(calls.restore_fact(id, version))
-
-    async def get_episode(self, id: int) -> Memory:
-        return await self._run(calls.get_episode(id))
-
-    async def delete_episode(self, id: int) -> None:
-        await self._run(calls.delete_episode(id))
 
     async def recall(self, query: str, *, limit: int = 8) -> RecallPreview:
         """What a turn would recall for ``query`` (a preview: access stats stay as they were)."""

@@ -141,7 +141,7 @@ class RemoteBackend:
         return builtins.list(page.items)
 
     async def get(self, id: int) -> Memory:
-        return await self.client.get_fact(id)
+        return await self.client.get(id, kind="fact")
 
     async def delete(self, id: int) -> None:
-        await self.client.delete_fact(id)
+        await self.client.delete(id, kind="fact")

@@ -2,8 +2,12 @@
 
 Both clients run the same calls (``Client`` blocking, ``AsyncClient`` on the
 event loop), so a route is written once here and exposed by one small method
-in each client. Builders do no I/O and send arguments as given: the server
-validates them and names the field at fault.
+in each client (``get`` and ``delete`` pick the route of the memory's kind, as
+the library's verbs take a ``kind``). Builders do no I/O and send arguments as
+given: the server validates them and names the field at fault. The exceptions
+are what picks no route or that no route takes (a ``kind`` other than
+``"fact"``/``"episode"``, ``purge`` of an episode): refused here with the
+library's ``ValidationError``, before anything is sent.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
+from ..errors import ValidationError
 from ..models import (
     ChatReply,
     FactHistory,
@@ -28,13 +33,14 @@ from ..models import (
     MessagePage,
     Observations,
     Page,
+    PurgeReport,
     RecallPreview,
     RevertReport,
     Session,
     SessionWrites,
     Settings,
 )
-from .shapes import PurgeReport, ServerInfo, decode, decoder
+from .shapes import ServerInfo, decode, decoder
 
 __all__ = ["UNSET", "Call", "Unset"]
 
@@ -68,11 +74,6 @@ def _item_ids(data: Any) -> tuple[int, ...]:
 
 def _popped_item(data: Any) -> dict[str, Any] | None:
     return decode(ItemPopped, data).item
-
-
-def _purge(data: Any) -> PurgeReport:
-    # The JSON maps each table to its count; the report keeps purge order as pairs.
-    return decode(PurgeReport, {**data, "deleted": list(data["deleted"].items())})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +130,37 @@ def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
     return Call("GET", "/api/memories", decoder(Page[Memory]), params=params)
 
 
-def get_memory(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/memories/{_seg(id)}", decoder(Memory))
+#: The collection of each kind's routes (``None``: either kind).
+_KIND_PATH: dict[Kind | None, str] = {None: "memories", "fact": "facts", "episode": "episodes"}
+
+
+def _kind_path(kind: Kind | None) -> str:
+    # The library's check (``memory.validation.check_kind``), before a request is sent.
+    if kind is None or kind in ("fact", "episode"):
+        return _KIND_PATH[kind]
+    raise ValidationError("kind", "must be 'fact' or 'episode'")
+
+
+def get(id: int, *, kind: Kind | None) -> Call[Memory]:
+    """``GET /api/memories/{id}``, or the route of ``kind``: ``/api/facts/{id}``,
+    ``/api/episodes/{id}``."""
+    return Call("GET", f"/api/{_kind_path(kind)}/{_seg(id)}", decoder(Memory))
+
+
+def delete(id: int, *, kind: Kind, purge: bool) -> Call[None]:
+    """``DELETE /api/facts/{id}`` (with ``purge``) or ``DELETE /api/episodes/{id}``."""
+    path = f"/api/{_kind_path(kind)}/{_seg(id)}"
+    if kind == "episode":
+        if purge:
+            # The episode route takes no ``purge`` and would delete anyway: refuse, as
+            # the library does, rather than do something other than what was asked.
+            raise ValidationError(
+                "purge", "only a fact has earlier versions to purge, not an episode"
+            )
+        return Call("DELETE", path, _none, ok=(204,))
+    # The route takes exactly "true" or "false"; leaving it out is "false".
+    params = {"purge": "true"} if purge else None
+    return Call("DELETE", path, _none, params=params, ok=(204,))
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -146,14 +176,6 @@ def create_fact(
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
     return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,))
-
-
-def get_fact(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/facts/{_seg(id)}", decoder(Memory))
-
-
-def get_fact_by_key(key: str) -> Call[Memory]:
-    return Call("GET", f"/api/facts/by-key/{_seg(key)}", decoder(Memory))
 
 
 def put_fact(
@@ -185,12 +207,6 @@ def update_fact(
     return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body)
 
 
-def delete_fact(id: int, *, purge: bool) -> Call[None]:
-    # The route takes exactly "true" or "false"; leaving it out is "false".
-    params = {"purge": "true"} if purge else None
-    return Call("DELETE", f"/api/facts/{_seg(id)}", _none, params=params, ok=(204,))
-
-
 def fact_history(id: int) -> Call[FactHistory]:
     return Call("GET", f"/api/facts/{_seg(id)}/versions", decoder(FactHistory))
 
@@ -198,14 +214,6 @@ def fact_history(id: int) -> Call[FactHistory]:
 def restore_fact(id: int, version: int) -> Call[Memory]:
     path = f"/api/facts/{_seg(id)}/restore"
     return Call("POST", path, decoder(Memory), json={"version": version})
-
-
-def get_episode(id: int) -> Call[Memory]:
-    return Call("GET", f"/api/episodes/{_seg(id)}", decoder(Memory))
-
-
-def delete_episode(id: int) -> Call[None]:
-    return Call("DELETE", f"/api/episodes/{_seg(id)}", _none, ok=(204,))
 
 
 def recall(query: str, *, limit: int) -> Call[RecallPreview]:
@@ -227,7 +235,7 @@ def cleanup(*, confirm: bool, kind: Kind | None, older_than: datetime | None) ->
 
 
 def purge(*, confirm: bool) -> Call[PurgeReport]:
-    return Call("POST", "/api/purge", _purge, json={"confirm": confirm})
+    return Call("POST", "/api/purge", decoder(PurgeReport), json={"confirm": confirm})
 
 
 # --- sessions ---------------------------------------------------------------------------------

@@ -2,14 +2,13 @@
 
 Every answer is one of popagent's own frozen dataclasses (:mod:`popagent.models`:
 ``Memory``, ``Page``, ``FactHistory``, ``RecallPreview``, ``ChatReply``,
-``Settings``, ...), the same ones the server answers with, read by
+``Settings``, ``PurgeReport``, ...), the same ones the server answers with, read by
 :func:`decode`: pydantic derives the reading from the dataclass's fields
 (types, literals, ISO 8601 timestamps, defaults for fields older servers
 lack); there is no hand-written parser. Here are only what the API's answer
-holds in a form of its own: a streamed piece of a reply, the server's info
-and the purge report as the API gives it. A body that does
-not fit is a ``ValueError`` here and a ``ClientError`` for the caller, never a
-half-filled value.
+holds in a form of its own: a streamed piece of a reply and the server's
+info. A body that does not fit is a ``ValueError`` here and a ``ClientError``
+for the caller, never a half-filled value.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ChatDelta",
     "MaintenanceSchedule",
-    "PurgeReport",
     "ServerInfo",
     "decode",
     "decoder",
@@ -60,22 +58,6 @@ class ServerInfo:
     model: str | None
     #: ``None`` also from servers that predate the schedule.
     maintenance: MaintenanceSchedule | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeReport:
-    """What a purge deleted, per table (every table that holds a resource's rows,
-    in purge order, zeros included), and the tables vacuumed afterwards
-    (``vacuum_error``: why the vacuum failed; the purge stands)."""
-
-    deleted: tuple[tuple[str, int], ...]
-    total: int
-    vacuumed: tuple[str, ...]
-    vacuum_error: str | None
-
-    def count(self, table: str) -> int:
-        """Rows deleted from ``table`` (0 for a table the server did not list)."""
-        return dict(self.deleted).get(table, 0)
 
 
 # --- reading JSON: one decoder per shape, derived from its dataclass fields -------------------

@@ -40,6 +40,7 @@ from ..models import (
     MessagePage,
     Observations,
     Page,
+    PurgeReport,
     RecallPreview,
     RevertReport,
     Session,
@@ -59,7 +60,7 @@ from ._base import (
 )
 from .calls import UNSET, Call, Unset
 from .errors import error_from_response
-from .shapes import ChatDelta, PurgeReport, ServerInfo
+from .shapes import ChatDelta, ServerInfo
 
 __all__ = ["Client", "paged"]
 
@@ -154,8 +155,26 @@ class Client:
         first = MemoryFilter() if where is None else where
         return paged(lambda offset: self.list(replace(first, offset=offset)), first.offset)
 
-    def get_memory(self, id: int) -> Memory:
-        return self._run(calls.get_memory(id))
+    def get(self, id: int, *, kind: Kind | None = None) -> Memory:
+        """Memory ``id``, of ``kind`` when given (``None``: a fact or an episode);
+        ``NotFoundError`` otherwise. As ``LongTermMemory.get``. A fact by its key:
+        ``list(MemoryFilter(kind="fact", key=key))``, as in the library."""
+        return self._run(calls.get(id, kind=kind))
+
+    def delete(self, id: int, *, kind: Kind | None = None, purge: bool = False) -> None:
+        """Delete memory ``id``, of ``kind`` when given (``None``: whichever kind it is,
+        which costs one more request to learn); ``NotFoundError`` when there is none.
+
+        As ``LongTermMemory.delete``: a fact's last value stays in its history
+        (restorable) unless ``purge``, which removes every version too (with
+        ``kind="fact"``, also of a fact deleted earlier); an episode has no history,
+        so ``purge`` is refused for one (``ValidationError``). The server records
+        who ended a fact itself (``origin="api"``, no session): no ``origin`` or
+        ``session_id`` here."""
+        if kind is None:  # each kind has its own route: learn it, as the library does
+            found = self.get(id)
+            kind = found.kind
+        self._run(calls.delete(id, kind=kind, purge=purge))
 
     def create_fact(
         self,
@@ -170,13 +189,6 @@ class Client:
         return self._run(
             calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
         )
-
-    def get_fact(self, id: int) -> Memory:
-        return self._run(calls.get_fact(id))
-
-    def get_fact_by_key(self, key: str) -> Memory:
-        """The current fact of ``key``; ``NotFoundError`` when no fact has it."""
-        return self._run(calls.get_fact_by_key(key))
 
     def put_fact(
         self,
@@ -207,11 +219,6 @@ class Client:
             )
         )
 
-    def delete_fact(self, id: int, *, purge: bool = False) -> None:
-        """Delete the fact; its last value stays in its history (restorable) unless
-        ``purge``, which removes every version too."""
-        self._run(calls.delete_fact(id, purge=purge))
-
     def fact_history(self, id: int) -> FactHistory:
         """The fact as it stands (``current``, ``None`` once deleted or expired) and
         every earlier value, newest first; ``NotFoundError`` once purged."""
@@ -222,12 +229,6 @@ class Client:
         comes back under its id. ``NotFoundError`` for an unknown version,
         ``ConflictError`` when its key or content is now another fact's."""
         return self._run(calls.restore_fact(id, version))
-
-    def get_episode(self, id: int) -> Memory:
-        return self._run(calls.get_episode(id))
-
-    def delete_episode(self, id: int) -> None:
-        self._run(calls.delete_episode(id))
 
     def recall(self, query: str, *, limit: int = 8) -> RecallPreview:
         """What a turn would recall for ``query`` (a preview: access stats stay as they were)."""

@@ -2,8 +2,8 @@
 
 ::
 
-    async with popagent.connect() as memory:
-        await serve_stdio(MemoryServer(memory, "popagent-user"))
+    async with popagent.connect() as app:
+        await serve_stdio(MemoryServer(app, "popagent-user"))
 
 Layout: ``guidance`` (what the model is told), ``shapes`` (structured results
 and their schemas), ``tools`` (remember, recall, list_facts, forget_fact,

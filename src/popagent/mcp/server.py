@@ -45,9 +45,9 @@ from ..agent.hooks import Hook, HookSet
 from ..agent.runner import ToolRunner
 from ..agent.tools import ToolContext, ToolOutcome
 from ..checks import check_id
-from ..keys import KeyStore, Limits, Principal
-from ..memory.longterm import LongTermMemory
+from ..keys import Limits, Principal
 from ..models import Provenance
+from ..root import Popagent
 from ..store.tenant import bypass, serving
 from .episodes import GetEpisodeTool, ListEpisodesTool
 from .guidance import SERVER_INSTRUCTIONS
@@ -112,23 +112,25 @@ def _describe(tool: MemoryTool) -> types.Tool:
 
 
 class MemoryServer:
-    """An MCP server over ``memory`` for the one resource ``resource_id``.
+    """An MCP server over ``app`` (``popagent.connect()``'s) for the one resource
+    ``resource_id``.
 
-    ``hooks`` defaults to one ``AuditHook`` on the memory's pool; pass ``[]``
+    ``hooks`` defaults to one ``AuditHook`` on the app's pool; pass ``[]``
     for none. ``lowlevel`` is the SDK server to run on a transport (see
     ``popagent.mcp.transport``).
     """
 
     def __init__(
         self,
-        memory: LongTermMemory,
+        app: Popagent,
         resource_id: str,
         *,
         hooks: Sequence[Hook] | None = None,
         multi_resource: bool = False,
         limits: Limits | None = None,
     ) -> None:
-        self.memory = memory
+        self.memory = app.memory
+        self.keys = app.keys
         self.resource_id = check_id("resource_id", resource_id)
         #: Over HTTP, each call's resource is the one of the request's API key
         #: (``transport.KeyGate``); ``resource_id`` is then unused.
@@ -136,7 +138,7 @@ class MemoryServer:
         #: Multi-resource mode: each key's request rate (``transport.KeyGate``) and
         #: each resource's storage quotas (checked here, before a tool that adds content).
         self.limits = limits or Limits()
-        self.hooks = HookSet([AuditHook(memory.pool)] if hooks is None else hooks)
+        self.hooks = HookSet([AuditHook(app.pool)] if hooks is None else hooks)
         self.session_id = f"{SESSION_PREFIX}{uuid.uuid4()}"
         listed = memory_tools(StructuredSlot())
         self._listing = [_describe(tool) for tool in listed]
@@ -180,7 +182,7 @@ class MemoryServer:
                 return _refused(f"this key's scope ({principal.scope}) runs read-only tools only")
             resource_id = principal.resource_id
             if name in self._adds_content and self.limits.has_quota:
-                keys = KeyStore(self.memory.pool)
+                keys = self.keys
                 # The access audit is a credential table, never the tenant's (store.tenant).
                 with bypass("keys"):
                     full = await keys.over_quota(resource_id, self.limits)

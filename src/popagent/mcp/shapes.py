@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..llm._tool_spec import object_schema
 from ..models import FactVersion, Memory, RecallResult
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "episode_summary_json",
     "fact_version_json",
     "memory_json",
-    "object_schema",
     "preview",
     "recall_result_json",
 ]
@@ -59,17 +59,6 @@ class StructuredSlot:
     value: dict[str, Any] | None = None
 
 
-def object_schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    """A closed JSON Schema object: exactly ``properties``, ``required`` among them
-    (``None``: all of them)."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties) if required is None else required,
-        "additionalProperties": False,
-    }
-
-
 def _project(schema: dict[str, Any], full: dict[str, object]) -> dict[str, Any]:
     # The declared projection: the schema's properties, in its order, taken from the
     # value's own JSON (``to_json``), so a field is described once, in ``models``.
@@ -82,14 +71,18 @@ _NULLABLE_STRING = {"type": ["string", "null"]}
 # Provenance as far as an MCP client can use it: the origin and the session. The
 # turn, message and tool-call ids name another application's records.
 _ORIGIN = {"type": "string"}
+# A memory's value, current (``Memory``) or earlier (``FactVersion``).
+_VALUE = {
+    "key": _NULLABLE_STRING,
+    "content": {"type": "string"},
+    "importance": {"type": "number", "minimum": 0, "maximum": 1},
+}
 
 MEMORY_SCHEMA = object_schema(
     {
         "id": {"type": "integer", "minimum": 1},
         "kind": {"type": "string", "enum": ["fact", "episode"]},
-        "key": _NULLABLE_STRING,
-        "content": {"type": "string"},
-        "importance": {"type": "number", "minimum": 0, "maximum": 1},
+        **_VALUE,
         "session_id": _NULLABLE_STRING,
         "created_at": _TIME,
         "updated_at": _TIME,
@@ -102,9 +95,7 @@ MEMORY_SCHEMA = object_schema(
 FACT_VERSION_SCHEMA = object_schema(
     {
         "version": {"type": "integer", "minimum": 1},
-        "key": _NULLABLE_STRING,
-        "content": {"type": "string"},
-        "importance": {"type": "number", "minimum": 0, "maximum": 1},
+        **_VALUE,
         "expires_at": _NULLABLE_TIME,
         "session_id": _NULLABLE_STRING,
         "origin": _ORIGIN,

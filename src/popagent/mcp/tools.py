@@ -23,15 +23,16 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from ..agent.remember import REMEMBER_SPEC, RememberTool
 from ..agent.tools import Tool, ToolContext, ToolOutcome
 from ..errors import NotFoundError
+from ..llm._tool_spec import SpecTool, integer_arg, object_schema, string_arg
 from ..llm.protocol import ToolSpec
 from ..memory.render import render
 from ..memory.validation import KEY_CAP, QUERY_CAP, filter_from, normalize_key
-from ..models import FactVersion, Memory, MemoryFilter
+from ..models import FactVersion, Kind, Memory, MemoryFilter
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
     FACT_VERSION_SCHEMA,
@@ -42,7 +43,6 @@ from .shapes import (
     StructuredSlot,
     fact_version_json,
     memory_json,
-    object_schema,
     recall_result_json,
 )
 
@@ -63,6 +63,8 @@ __all__ = [
     "RestoreFactTool",
     "ToolHints",
     "fact_line",
+    "list_kind",
+    "none_listed",
 ]
 
 NO_MEMORIES = "No relevant long-term memories."
@@ -86,6 +88,20 @@ class MemoryTool(Tool, Protocol):
     def hints(self) -> ToolHints: ...
 
 
+class McpTool(SpecTool):
+    """A ``MemoryTool`` whose spec and hints are its class's ``SPEC`` and ``HINTS``; one
+    with a structured result writes it into the slot it was built with (``_slot``)."""
+
+    HINTS: ClassVar[ToolHints]
+
+    def __init__(self, slot: StructuredSlot | None = None) -> None:
+        self._slot = slot if slot is not None else StructuredSlot()
+
+    @property
+    def hints(self) -> ToolHints:
+        return self.HINTS
+
+
 # --- remember -----------------------------------------------------------------------------
 
 REMEMBER_MCP_SPEC = ToolSpec(
@@ -100,27 +116,17 @@ REMEMBER_MCP_SPEC = ToolSpec(
 )
 
 
-class McpRememberTool:
+class McpRememberTool(McpTool):
     """The turn's ``RememberTool``, described for an MCP client (see module doc)."""
 
-    def __init__(self) -> None:
-        self._inner = RememberTool()
-
-    @property
-    def name(self) -> str:
-        return REMEMBER_MCP_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return REMEMBER_MCP_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(title="Remember a fact", read_only=False, idempotent=True)
+    SPEC = REMEMBER_MCP_SPEC
+    HINTS = ToolHints(title="Remember a fact", read_only=False, idempotent=True)
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        return await self._inner.run(ctx, arguments)
+        return await _REMEMBER.run(ctx, arguments)
 
+
+_REMEMBER = RememberTool()
 
 # --- recall -------------------------------------------------------------------------------
 
@@ -139,63 +145,47 @@ RECALL_SPEC = ToolSpec(
     ),
     parameters=object_schema(
         {
-            "query": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": QUERY_CAP,
-                "description": "What to look for, in natural language, e.g. 'which UI theme does the user prefer'.",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": RECALL_LIMIT_MAX,
-                "description": f"How many memories at most (default {RECALL_LIMIT_DEFAULT}).",
-            },
+            "query": string_arg(
+                "What to look for, in natural language, e.g. 'which UI theme does the user prefer'.",
+                max_length=QUERY_CAP,
+            ),
+            "limit": integer_arg(
+                f"How many memories at most (default {RECALL_LIMIT_DEFAULT}).",
+                maximum=RECALL_LIMIT_MAX,
+            ),
         },
         ["query"],
     ),
 )
 
 
-class RecallTool:
+class RecallTool(McpTool):
     """``recall(query, limit?)``: the rendered block as text, the scored results as structure."""
 
-    def __init__(self, slot: StructuredSlot) -> None:
-        self._slot = slot
-
-    @property
-    def name(self) -> str:
-        return RECALL_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return RECALL_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(
-            title="Recall memories",
-            read_only=True,
-            output_schema=object_schema(
-                {
-                    "rendered": {"type": "string"},
-                    "results": {"type": "array", "items": RECALL_RESULT_SCHEMA},
-                    "mode": {
-                        "type": "string",
-                        "enum": ["lexical", "vector", "fused"],
-                        "description": "fused: by words and meaning; lexical: by words "
-                        "only (semantic recall off, or its model unavailable)",
-                    },
-                    "reason": {"type": "string", "description": "Why this mode ran."},
-                    "pending_vectors": {
-                        "type": "integer",
-                        "description": "Memories still waiting for their vectors, found "
-                        "by their words only until then.",
-                    },
+    SPEC = RECALL_SPEC
+    HINTS = ToolHints(
+        title="Recall memories",
+        read_only=True,
+        output_schema=object_schema(
+            {
+                "rendered": {"type": "string"},
+                "results": {"type": "array", "items": RECALL_RESULT_SCHEMA},
+                "mode": {
+                    "type": "string",
+                    "enum": ["lexical", "vector", "fused"],
+                    "description": "fused: by words and meaning; lexical: by words "
+                    "only (semantic recall off, or its model unavailable)",
                 },
-                ["rendered", "results", "mode", "reason", "pending_vectors"],
-            ),
-        )
+                "reason": {"type": "string", "description": "Why this mode ran."},
+                "pending_vectors": {
+                    "type": "integer",
+                    "description": "Memories still waiting for their vectors, found "
+                    "by their words only until then.",
+                },
+            },
+            ["rendered", "results", "mode", "reason", "pending_vectors"],
+        ),
+    )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         report = await ctx.memory.recall_report(
@@ -231,34 +221,34 @@ LIST_FACTS_SPEC = ToolSpec(
     ),
     parameters=object_schema(
         {
-            "key": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": KEY_CAP,
-                "description": "Only the fact with this key, e.g. 'ui.theme'.",
-            },
-            "text": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": QUERY_CAP,
-                "description": "Only facts containing this text (case-insensitive).",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": LIST_LIMIT_MAX,
-                "description": f"How many facts at most (default {LIST_LIMIT_DEFAULT}).",
-            },
-            "offset": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": OFFSET_MAX,
-                "description": "How many of the newest facts to skip (default 0).",
-            },
+            "key": string_arg("Only the fact with this key, e.g. 'ui.theme'.", max_length=KEY_CAP),
+            "text": string_arg(
+                "Only facts containing this text (case-insensitive).", max_length=QUERY_CAP
+            ),
+            "limit": integer_arg(
+                f"How many facts at most (default {LIST_LIMIT_DEFAULT}).", maximum=LIST_LIMIT_MAX
+            ),
+            "offset": integer_arg(
+                "How many of the newest facts to skip (default 0).", maximum=OFFSET_MAX, minimum=0
+            ),
         },
         [],
     ),
 )
+
+
+async def list_kind(
+    ctx: ToolContext, arguments: dict[str, Any], kind: Kind, limit: int
+) -> list[Memory]:
+    """The memories of ``kind`` a listing tool's ``arguments`` select (at most ``limit``
+    when they give none), newest first."""
+    where = filter_from({**arguments, "kind": kind}, limit=limit)
+    return await ctx.memory.list(ctx.resource_id, where)
+
+
+def none_listed(arguments: dict[str, Any], noun: str) -> ToolOutcome:
+    """A listing tool's answer when it found nothing: none matched, or none is stored."""
+    return ToolOutcome.ok(f"No {noun} match." if arguments else f"No {noun} are stored.")
 
 
 def fact_line(m: Memory) -> str:
@@ -267,36 +257,23 @@ def fact_line(m: Memory) -> str:
     return f"- fact #{m.id}{key} (importance {m.importance:.2f}): {m.content}"
 
 
-class ListFactsTool:
+class ListFactsTool(McpTool):
     """``list_facts(key?, text?, limit?, offset?)``."""
 
-    def __init__(self, slot: StructuredSlot) -> None:
-        self._slot = slot
-
-    @property
-    def name(self) -> str:
-        return LIST_FACTS_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return LIST_FACTS_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(
-            title="List facts",
-            read_only=True,
-            output_schema=object_schema(
-                {"facts": {"type": "array", "items": MEMORY_SCHEMA}}, ["facts"]
-            ),
-        )
+    SPEC = LIST_FACTS_SPEC
+    HINTS = ToolHints(
+        title="List facts",
+        read_only=True,
+        output_schema=object_schema(
+            {"facts": {"type": "array", "items": MEMORY_SCHEMA}}, ["facts"]
+        ),
+    )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        where = filter_from({**arguments, "kind": "fact"}, limit=LIST_LIMIT_DEFAULT)
-        facts = await ctx.memory.list(ctx.resource_id, where)
+        facts = await list_kind(ctx, arguments, "fact", LIST_LIMIT_DEFAULT)
         self._slot.value = {"facts": [memory_json(m) for m in facts]}
         if not facts:
-            return ToolOutcome.ok("No facts match." if arguments else "No facts are stored.")
+            return none_listed(arguments, "facts")
         noun = "fact" if len(facts) == 1 else "facts"
         return ToolOutcome.ok("\n".join([f"{len(facts)} {noun}:", *map(fact_line, facts)]))
 
@@ -313,38 +290,19 @@ FORGET_FACT_SPEC = ToolSpec(
     ),
     parameters=object_schema(
         {
-            "id": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": ID_MAX,
-                "description": "The fact's id, as list_facts or recall shows it.",
-            },
-            "key": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": KEY_CAP,
-                "description": "The fact's key, e.g. 'ui.theme'.",
-            },
+            "id": integer_arg("The fact's id, as list_facts or recall shows it.", maximum=ID_MAX),
+            "key": string_arg("The fact's key, e.g. 'ui.theme'.", max_length=KEY_CAP),
         },
         [],
     ),
 )
 
 
-class ForgetFactTool:
+class ForgetFactTool(McpTool):
     """``forget_fact(id | key)``: delete one fact of this resource."""
 
-    @property
-    def name(self) -> str:
-        return FORGET_FACT_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return FORGET_FACT_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(title="Forget a fact", read_only=False, destructive=True)
+    SPEC = FORGET_FACT_SPEC
+    HINTS = ToolHints(title="Forget a fact", read_only=False, destructive=True)
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         fact_id = arguments.get("id")
@@ -391,18 +349,10 @@ FACT_HISTORY_SPEC = ToolSpec(
     ),
     parameters=object_schema(
         {
-            "id": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": ID_MAX,
-                "description": "The fact's id, as list_facts, recall or forget_fact shows it.",
-            },
-            "key": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": KEY_CAP,
-                "description": "The key of a current fact, e.g. 'ui.theme'.",
-            },
+            "id": integer_arg(
+                "The fact's id, as list_facts, recall or forget_fact shows it.", maximum=ID_MAX
+            ),
+            "key": string_arg("The key of a current fact, e.g. 'ui.theme'.", max_length=KEY_CAP),
         },
         [],
     ),
@@ -418,34 +368,22 @@ def version_line(v: FactVersion) -> str:
     )
 
 
-class FactHistoryTool:
+class FactHistoryTool(McpTool):
     """``fact_history(id | key)``: the current value (if any) and the earlier ones."""
 
-    def __init__(self, slot: StructuredSlot) -> None:
-        self._slot = slot
-
-    @property
-    def name(self) -> str:
-        return FACT_HISTORY_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return FACT_HISTORY_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(
-            title="Show a fact's history",
-            read_only=True,
-            idempotent=True,
-            output_schema=object_schema(
-                {
-                    "fact": {"anyOf": [MEMORY_SCHEMA, {"type": "null"}]},
-                    "versions": {"type": "array", "items": FACT_VERSION_SCHEMA},
-                },
-                ["fact", "versions"],
-            ),
-        )
+    SPEC = FACT_HISTORY_SPEC
+    HINTS = ToolHints(
+        title="Show a fact's history",
+        read_only=True,
+        idempotent=True,
+        output_schema=object_schema(
+            {
+                "fact": {"anyOf": [MEMORY_SCHEMA, {"type": "null"}]},
+                "versions": {"type": "array", "items": FACT_VERSION_SCHEMA},
+            },
+            ["fact", "versions"],
+        ),
+    )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         fact_id = arguments.get("id")
@@ -492,46 +430,26 @@ RESTORE_FACT_SPEC = ToolSpec(
     ),
     parameters=object_schema(
         {
-            "id": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": ID_MAX,
-                "description": "The fact's id.",
-            },
-            "version": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 2**31 - 1,
-                "description": "The version to bring back, as fact_history shows it.",
-            },
+            "id": integer_arg("The fact's id.", maximum=ID_MAX),
+            "version": integer_arg(
+                "The version to bring back, as fact_history shows it.", maximum=2**31 - 1
+            ),
         },
         ["id", "version"],
     ),
 )
 
 
-class RestoreFactTool:
+class RestoreFactTool(McpTool):
     """``restore_fact(id, version)``: one earlier value made current again."""
 
-    def __init__(self, slot: StructuredSlot) -> None:
-        self._slot = slot
-
-    @property
-    def name(self) -> str:
-        return RESTORE_FACT_SPEC.name
-
-    @property
-    def spec(self) -> ToolSpec:
-        return RESTORE_FACT_SPEC
-
-    @property
-    def hints(self) -> ToolHints:
-        return ToolHints(
-            title="Restore a fact's earlier value",
-            read_only=False,
-            idempotent=True,
-            output_schema=object_schema({"fact": MEMORY_SCHEMA}, ["fact"]),
-        )
+    SPEC = RESTORE_FACT_SPEC
+    HINTS = ToolHints(
+        title="Restore a fact's earlier value",
+        read_only=False,
+        idempotent=True,
+        output_schema=object_schema({"fact": MEMORY_SCHEMA}, ["fact"]),
+    )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         fact = await ctx.memory.restore_fact(

@@ -82,7 +82,7 @@ def http_app(server: MemoryServer, *, host: str, token: str | None) -> ASGIApp:
     """
     app = server.lowlevel.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     if server.multi_resource:
-        return KeyGate(app, KeyStore(server.memory.pool), server.limits)
+        return KeyGate(app, server.keys, server.limits)
     require_token_for(host, token)
     return BearerTokenMiddleware(app, token)
 

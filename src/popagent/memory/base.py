@@ -1,8 +1,9 @@
 """What every part of the long-term memory service shares: the pool, the ranking
 weights, the embedder and its vector worker.
 
-``LongTermMemory`` is assembled from this base and the mixins beside it
-(``history.FactHistory``); each holds no state of its own.
+``LongTermMemory`` (``memory.longterm``) is this state and a table of operations:
+plain functions of a ``MemoryBase`` in the modules beside it (``recall``,
+``manage``, ``history``), which hold no state of their own.
 
 Writes never embed: a memory's vectors are written after it commits, by the
 vector worker (``memory.vector_worker``), which every write notifies. The

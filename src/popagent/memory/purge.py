@@ -29,18 +29,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import replace
 
 import psycopg
 from psycopg import sql
 
 from ..checks import check_id
 from ..errors import DatabaseError, ValidationError
+from ..models import PurgeReport
 from ..store.database import Pool
 from ..store.purge import PURGE_TABLES, count_rows, purge_rows
 
 __all__ = [
-    "PurgeReport",
     "count_resource_rows",
     "purge_resource",
     "resource_fingerprint",
@@ -48,37 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeReport:
-    """What one purge deleted, per table (every table of ``PURGE_TABLES``, in purge
-    order, zeros included), and the tables vacuumed afterwards."""
-
-    resource_id: str
-    deleted: tuple[tuple[str, int], ...]
-    #: The tables vacuumed after the commit: those with rows deleted, unless the
-    #: vacuum was skipped (``vacuum=False``) or failed (``vacuum_error``).
-    vacuumed: tuple[str, ...] = ()
-    #: Why the vacuum failed; ``None`` when it ran or was skipped.
-    vacuum_error: str | None = None
-
-    @property
-    def total(self) -> int:
-        return sum(n for _, n in self.deleted)
-
-    def count(self, table: str) -> int:
-        """Rows deleted from ``table`` (0 for a table the purge does not know)."""
-        return dict(self.deleted).get(table, 0)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "resource_id": self.resource_id,
-            "deleted": dict(self.deleted),
-            "total": self.total,
-            "vacuumed": list(self.vacuumed),
-            "vacuum_error": self.vacuum_error,
-        }
 
 
 def resource_fingerprint(resource_id: str) -> str:
@@ -103,14 +72,15 @@ async def purge_resource(pool: Pool, resource_id: str, *, vacuum: bool = True) -
         raise ValidationError("vacuum", "must be true or false")
     async with pool.connection() as conn, conn.transaction():
         deleted = await purge_rows(conn, resource_id)
-    report = PurgeReport(resource_id, tuple((t, deleted[t]) for t in PURGE_TABLES))
+    counts = {table: deleted[table] for table in PURGE_TABLES}
+    report = PurgeReport(deleted=counts, total=sum(counts.values()))
+    emptied = tuple(table for table, n in counts.items() if n)
     log.info(
         "purged resource #%s: %d rows from %d tables",
         resource_fingerprint(resource_id),
         report.total,
-        sum(1 for _, n in report.deleted if n),
+        len(emptied),
     )
-    emptied = tuple(table for table, n in report.deleted if n)
     if not vacuum or not emptied:
         return report
     try:
@@ -118,8 +88,8 @@ async def purge_resource(pool: Pool, resource_id: str, *, vacuum: bool = True) -
     except (DatabaseError, psycopg.Error) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         log.warning("vacuum after purge failed: %s", reason)
-        return PurgeReport(resource_id, report.deleted, vacuum_error=reason)
-    return PurgeReport(resource_id, report.deleted, vacuumed=emptied)
+        return replace(report, vacuum_error=reason)
+    return replace(report, vacuumed=emptied)
 
 
 async def count_resource_rows(pool: Pool, resource_id: str) -> tuple[tuple[str, int], ...]:

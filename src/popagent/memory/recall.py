@@ -47,9 +47,10 @@ __all__ = [
     "LEXICAL_RECALL",
     "RecallMode",
     "RecallReport",
-    "Recalling",
     "candidate_idfs",
+    "recall",
     "recall_pool",
+    "recall_report",
 ]
 
 # The logger keeps the name it had before recall moved here: users filter on it.
@@ -80,223 +81,227 @@ def candidate_idfs(stats: CorpusStats) -> dict[str, float]:
     }
 
 
-class Recalling(MemoryBase):
-    """``recall`` and its mode and query-vector checks; holds no state of its own."""
+# Recall's operations of ``LongTermMemory`` (``memory.longterm``): plain functions of
+# the service's state (``MemoryBase``), bound as its methods there; they hold no state.
 
-    async def recall(
-        self,
-        resource_id: str,
-        query: str,
-        *,
-        limit: int = 8,
-        now: datetime | None = None,
-        mode: RecallMode | None = None,
-        touch: bool = True,
-    ) -> list[RecallResult]:
-        """The ``limit`` (1 to 1,000) most relevant memories of this resource, best first.
 
-        Each result explains its score (see ``popagent.memory.ranking``). The
-        returned memories' access time and count are updated (unless ``touch``
-        is false, as for a preview that is not a use); that bookkeeping
-        never blocks on rows another transaction holds. ``now`` (timezone-aware)
-        makes recency relative to another moment, as imports and benchmarks need,
-        and is what a period the query names ("last week") is relative to.
-        ``mode`` (default: ``fused`` with an embedder, else ``lexical``) picks
-        the signals; ``vector`` and ``fused`` need an embedder. When the model
-        fails, recall falls back to ``lexical`` (logged once) rather than fail.
-        A memory written a moment ago is found by its words at once and by its
-        meaning when its vectors are written (``wait_for_vectors``).
-        """
-        results, _ran = await self._recall(resource_id, query, limit, now, mode, touch)
-        return results
+async def recall(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    *,
+    limit: int = 8,
+    now: datetime | None = None,
+    mode: RecallMode | None = None,
+    touch: bool = True,
+) -> list[RecallResult]:
+    """The ``limit`` (1 to 1,000) most relevant memories of this resource, best first.
 
-    async def recall_report(
-        self,
-        resource_id: str,
-        query: str,
-        *,
-        limit: int = 8,
-        now: datetime | None = None,
-        mode: RecallMode | None = None,
-        touch: bool = True,
-    ) -> RecallReport:
-        """``recall``, with which mode ran and why: the model and its state, and how
-        many of the resource's memories still wait for their vectors (counted up to
-        10,000). For the recall preview and ``recall --explain``."""
-        results, ran = await self._recall(resource_id, query, limit, now, mode, touch)
-        pending = 0
-        if self._embedder is not None:
-            pending = await self.pending_vectors(resource_id, cap=PENDING_COUNT_CAP)
-        health = self.model_health()
-        model = health.model if health is not None else None
-        state = health.state if health is not None else None
-        error = health.error if health is not None else None
-        return RecallReport(
-            results=results,
-            mode=ran,
-            requested=mode,
-            model=model,
-            model_state=state,
-            model_error=error,
-            pending=pending,
-            reason=describe(ran, mode, model, state, error, pending),
-        )
+    Each result explains its score (see ``popagent.memory.ranking``). The
+    returned memories' access time and count are updated (unless ``touch``
+    is false, as for a preview that is not a use); that bookkeeping
+    never blocks on rows another transaction holds. ``now`` (timezone-aware)
+    makes recency relative to another moment, as imports and benchmarks need,
+    and is what a period the query names ("last week") is relative to.
+    ``mode`` (default: ``fused`` with an embedder, else ``lexical``) picks
+    the signals; ``vector`` and ``fused`` need an embedder. When the model
+    fails, recall falls back to ``lexical`` (logged once) rather than fail.
+    A memory written a moment ago is found by its words at once and by its
+    meaning when its vectors are written (``wait_for_vectors``).
+    """
+    results, _ran = await _recall(self, resource_id, query, limit, now, mode, touch)
+    return results
 
-    async def _recall(
-        self,
-        resource_id: str,
-        query: str,
-        limit: int,
-        now: datetime | None,
-        mode: RecallMode | None,
-        touch: bool,
-    ) -> tuple[list[RecallResult], RecallMode]:
-        resource_id = check_id("resource_id", resource_id)
-        query = check_query(query)
-        limit = check_limit(limit)
-        now = check_time("now", now) or datetime.now(UTC)
-        mode = self._check_mode(mode)
-        window = query_window(query, now) if self.weights.time > 0 else None
-        if self._worker is not None:
-            # This process works on the resource: rows written elsewhere get vectors too.
-            self._worker.notify(resource_id)
-        if mode == "lexical" or self._embedder is None:
-            return await self._lexical(resource_id, query, limit, now, window, touch), "lexical"
-        embedder = self._embedder
-        pool = recall_pool(limit)
-        # The question is embedded in a worker thread while the lexical statements run.
-        embedding = asyncio.create_task(self._query_vector(query))
-        try:
-            async with self._pool.connection() as conn:
-                # No transaction: each statement reads a consistent snapshot, and a
-                # write landing between them can only shift a score, never leak or
-                # lose a row of another resource.
-                stats = await recall_sql.corpus_stats(conn, resource_id, query)
-                found = []
-                if mode == "fused":
-                    # Lexical candidates carry no similarity: those near enough to
-                    # matter are among the vector candidates too, and merge with them.
+
+async def recall_report(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    *,
+    limit: int = 8,
+    now: datetime | None = None,
+    mode: RecallMode | None = None,
+    touch: bool = True,
+) -> RecallReport:
+    """``recall``, with which mode ran and why: the model and its state, and how
+    many of the resource's memories still wait for their vectors (counted up to
+    10,000). For the recall preview and ``recall --explain``."""
+    results, ran = await _recall(self, resource_id, query, limit, now, mode, touch)
+    pending = 0
+    if self._embedder is not None:
+        pending = await self.pending_vectors(resource_id, cap=PENDING_COUNT_CAP)
+    health = self.model_health()
+    model = health.model if health is not None else None
+    state = health.state if health is not None else None
+    error = health.error if health is not None else None
+    return RecallReport(
+        results=results,
+        mode=ran,
+        requested=mode,
+        model=model,
+        model_state=state,
+        model_error=error,
+        pending=pending,
+        reason=describe(ran, mode, model, state, error, pending),
+    )
+
+
+async def _recall(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    limit: int,
+    now: datetime | None,
+    mode: RecallMode | None,
+    touch: bool,
+) -> tuple[list[RecallResult], RecallMode]:
+    resource_id = check_id("resource_id", resource_id)
+    query = check_query(query)
+    limit = check_limit(limit)
+    now = check_time("now", now) or datetime.now(UTC)
+    mode = _check_mode(self, mode)
+    window = query_window(query, now) if self.weights.time > 0 else None
+    if self._worker is not None:
+        # This process works on the resource: rows written elsewhere get vectors too.
+        self._worker.notify(resource_id)
+    if mode == "lexical" or self._embedder is None:
+        return await _lexical(self, resource_id, query, limit, now, window, touch), "lexical"
+    embedder = self._embedder
+    pool = recall_pool(limit)
+    # The question is embedded in a worker thread while the lexical statements run.
+    embedding = asyncio.create_task(_query_vector(self, query))
+    try:
+        async with self._pool.connection() as conn:
+            # No transaction: each statement reads a consistent snapshot, and a
+            # write landing between them can only shift a score, never leak or
+            # lose a row of another resource.
+            stats = await recall_sql.corpus_stats(conn, resource_id, query)
+            found = []
+            if mode == "fused":
+                # Lexical candidates carry no similarity: those near enough to
+                # matter are among the vector candidates too, and merge with them.
+                found = await recall_sql.candidates(
+                    conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
+                )
+            query_vector = await embedding
+            if query_vector is None:
+                # The model failed: the lexical ranking over what was read.
+                if mode != "fused":
                     found = await recall_sql.candidates(
                         conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
                     )
-                query_vector = await embedding
-                if query_vector is None:
-                    # The model failed: the lexical ranking over what was read.
-                    if mode != "fused":
-                        found = await recall_sql.candidates(
-                            conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
-                        )
-                    ran: RecallMode = "lexical"
-                    results = rank(
-                        found, stats, now=now, limit=limit, weights=self.weights, window=window
-                    )
-                else:
-                    ran = mode
-                    found += await vector_store.nearest(
-                        conn,
-                        resource_id,
-                        model=embedder.model,
-                        query=query_vector,
-                        limit=pool,
-                        lexemes=recall_sql.scored_lexemes(stats),
-                        resource_size=stats.documents,
-                    )
-                    weights = self.weights
-                    if mode == "vector":
-                        weights = replace(weights, fusion="blend", semantic_share=1.0)
-                    results = rank(
-                        found,
-                        stats,
-                        now=now,
-                        limit=limit,
-                        weights=weights,
-                        semantic=True,
-                        window=window,
-                        emphasis=emphasised_lexemes(query, stats.document_frequency)
-                        if weights.emphasis > 0
-                        else (),
-                    )
-                    top = min(weights.next_turns, len(results))
-                    episodes = [
-                        r.memory.id
-                        for r in results[:top]
-                        if r.memory.kind == "episode" and r.memory.session_id is not None
-                    ]
-                    if episodes and limit > 1:
-                        following = await neighbours_sql.next_episodes(conn, resource_id, episodes)
-                        results = with_next_turns(results, following, top, limit)
-                if not results or not touch:
-                    return results, ran
-                touched = await store.touch_accessed(
-                    conn, resource_id, [r.memory.id for r in results]
+                ran: RecallMode = "lexical"
+                results = rank(
+                    found, stats, now=now, limit=limit, weights=self.weights, window=window
                 )
-        finally:
-            if not embedding.done():
-                embedding.cancel()
-        return [
-            replace(
-                r,
-                memory=replace(
-                    r.memory,
-                    accessed_at=touched[r.memory.id][0],
-                    access_count=touched[r.memory.id][1],
-                ),
-            )
-            if r.memory.id in touched
-            else r
-            for r in results
-        ], ran
-
-    async def _lexical(
-        self,
-        resource_id: str,
-        query: str,
-        limit: int,
-        now: datetime,
-        window: TimeWindow | None,
-        touch: bool,
-    ) -> list[RecallResult]:
-        """Lexical recall in one statement (``store.ranked``): the same ranking as
-        ``rank`` over ``store.recall``'s candidates, scored by PostgreSQL."""
-        w = self.weights
-        weights = tuple(getattr(w, signal.name) for signal in SIGNALS)
-        parameters = ranked_sql.RecallParameters(
-            limit=limit,
-            pool=recall_pool(limit),
-            now=now,
-            k1=w.bm25_k1,
-            b=w.bm25_b,
-            half_life_days=w.recency_half_life_days,
-            min_trigram=w.min_trigram,
-            weights=weights,
-            window_start=window.start if window is not None else None,
-            window_end=window.end if window is not None else None,
-            window_scale=max(window.days, 1.0) if window is not None else None,
+            else:
+                ran = mode
+                found += await vector_store.nearest(
+                    conn,
+                    resource_id,
+                    model=embedder.model,
+                    query=query_vector,
+                    limit=pool,
+                    lexemes=recall_sql.scored_lexemes(stats),
+                    resource_size=stats.documents,
+                )
+                weights = self.weights
+                if mode == "vector":
+                    weights = replace(weights, fusion="blend", semantic_share=1.0)
+                results = rank(
+                    found,
+                    stats,
+                    now=now,
+                    limit=limit,
+                    weights=weights,
+                    semantic=True,
+                    window=window,
+                    emphasis=emphasised_lexemes(query, stats.document_frequency)
+                    if weights.emphasis > 0
+                    else (),
+                )
+                top = min(weights.next_turns, len(results))
+                episodes = [
+                    r.memory.id
+                    for r in results[:top]
+                    if r.memory.kind == "episode" and r.memory.session_id is not None
+                ]
+                if episodes and limit > 1:
+                    following = await neighbours_sql.next_episodes(conn, resource_id, episodes)
+                    results = with_next_turns(results, following, top, limit)
+            if not results or not touch:
+                return results, ran
+            touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
+    finally:
+        if not embedding.done():
+            embedding.cancel()
+    return [
+        replace(
+            r,
+            memory=replace(
+                r.memory,
+                accessed_at=touched[r.memory.id][0],
+                access_count=touched[r.memory.id][1],
+            ),
         )
-        async with self._pool.connection() as conn:
-            rows = await LEXICAL_RECALL.rows(conn, resource_id, query, parameters, touch=touch)
-        return [_explained(row, weights) for row in rows]
+        if r.memory.id in touched
+        else r
+        for r in results
+    ], ran
 
-    def _check_mode(self, mode: object) -> RecallMode:
-        if mode is None:
-            return "fused" if self._embedder is not None else "lexical"
-        if mode not in ("lexical", "vector", "fused"):
-            raise ValidationError("mode", "must be 'lexical', 'vector' or 'fused'")
-        if mode != "lexical" and self._embedder is None:
-            raise ValidationError("mode", f"{mode!r} recall needs an embedder")
-        return mode
 
-    async def _query_vector(self, query: str) -> Vectors | None:
-        """The question's vector; ``None`` when the model fails (reported once)."""
-        assert self._embedder is not None
-        try:
-            vectors = await self._embedder.embed([query], kind="query")
-        except EmbeddingError as exc:
-            record_failure(self._embedder.model, exc)
-            return None
-        record_success(self._embedder.model)
-        first: Vectors = vectors[0]
-        return first
+async def _lexical(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    limit: int,
+    now: datetime,
+    window: TimeWindow | None,
+    touch: bool,
+) -> list[RecallResult]:
+    """Lexical recall in one statement (``store.ranked``): the same ranking as
+    ``rank`` over ``store.recall``'s candidates, scored by PostgreSQL."""
+    w = self.weights
+    weights = tuple(getattr(w, signal.name) for signal in SIGNALS)
+    parameters = ranked_sql.RecallParameters(
+        limit=limit,
+        pool=recall_pool(limit),
+        now=now,
+        k1=w.bm25_k1,
+        b=w.bm25_b,
+        half_life_days=w.recency_half_life_days,
+        min_trigram=w.min_trigram,
+        weights=weights,
+        window_start=window.start if window is not None else None,
+        window_end=window.end if window is not None else None,
+        window_scale=max(window.days, 1.0) if window is not None else None,
+    )
+    async with self._pool.connection() as conn:
+        rows = await LEXICAL_RECALL.rows(conn, resource_id, query, parameters, touch=touch)
+    return [_explained(row, weights) for row in rows]
+
+
+def _check_mode(self: MemoryBase, mode: object) -> RecallMode:
+    if mode is None:
+        return "fused" if self._embedder is not None else "lexical"
+    if mode not in ("lexical", "vector", "fused"):
+        raise ValidationError("mode", "must be 'lexical', 'vector' or 'fused'")
+    if mode != "lexical" and self._embedder is None:
+        raise ValidationError("mode", f"{mode!r} recall needs an embedder")
+    return mode
+
+
+async def _query_vector(self: MemoryBase, query: str) -> Vectors | None:
+    """The question's vector; ``None`` when the model fails (reported once)."""
+    assert self._embedder is not None
+    try:
+        vectors = await self._embedder.embed([query], kind="query")
+    except EmbeddingError as exc:
+        record_failure(self._embedder.model, exc)
+        return None
+    record_success(self._embedder.model)
+    first: Vectors = vectors[0]
+    return first
 
 
 def _explained(row: ranked_sql.RankedRow, weights: tuple[float, ...]) -> RecallResult:

@@ -6,7 +6,7 @@ the Reflector, the per-thread engine and exact-history retrieval.
 each of them once; ``ExecutionSnapshot`` is the engine's frozen view, in Mastra's
 ratios, taken once per turn::
 
-    store = MemorySettingsStore(memory.pool)
+    store = app.settings  # a MemorySettingsStore; app: popagent.connect()'s
     await store.update("popagent-user", observation_threshold_tokens=20_000)
     snapshot = await store.snapshot("popagent-user")   # applies from the next turn
 """

@@ -153,17 +153,7 @@ async def reflect_buffered(
         ]
         if not covered:
             raise ObservationFailed("the reflected groups are gone")
-        return await writes.insert_group(
-            conn,
-            locked,
-            kind="reflection",
-            status="buffered",
-            first_message_id=min(g.first_message_id for g in covered),
-            last_message_id=max(g.last_message_id for g in covered),
-            observations=result.observations,
-            observation_tokens=result.observation_tokens,
-            message_tokens=sum(g.message_tokens for g in covered),
-        )
+        return await _reflection_group(conn, locked, result, covered, status="buffered")
 
 
 async def activate_reflection(
@@ -181,54 +171,44 @@ async def activate_reflection(
     least as many tokens as the reflection, and both together at least 75% of
     threshold * (1 - reflection buffer start); otherwise nothing changes.
     """
+    # A conflict raised inside the transaction rolls it back, then means "no change".
     try:
-        return await _commit_reflection(pool, head, ready, guard, counter)
+        async with pool.connection() as conn, conn.transaction():
+            locked = await obs_sql.lock_log(conn, head)
+            if locked is None or locked.observations != head.observations:
+                return None
+            groups = await obs_sql.groups_of_log(conn, locked)
+            covered = [g for g in groups if g.last_message_id <= ready.last_message_id]
+            tail = [g for g in groups if g.last_message_id > ready.last_message_id]
+            if guard is not None:
+                added = sum(g.observation_tokens for g in tail)
+                both = added + ready.observation_tokens
+                start = guard.reflection_buffer_activation or 0.0
+                if added < ready.observation_tokens or both < (
+                    0.75 * guard.reflection_observation_tokens * (1 - start)
+                ):
+                    return None
+            text = "\n\n".join([ready.observations, *(g.observations for g in tail)])
+            tokens = count_text(text, counter)
+            log = await insert_reflection(conn, head, text, tokens, covered)
+            if log is None:
+                return None
+            if await obs_sql.activate_groups(conn, log, [ready.id]) != 1:
+                raise writes.Conflict
+            for g in tail:
+                await writes.insert_group(
+                    conn,
+                    log,
+                    kind=g.kind,
+                    first_message_id=g.first_message_id,
+                    last_message_id=g.last_message_id,
+                    observations=g.observations,
+                    observation_tokens=g.observation_tokens,
+                    message_tokens=g.message_tokens,
+                )
+            return log
     except writes.Conflict:
         return None
-
-
-async def _commit_reflection(
-    pool: Pool,
-    head: ObservationLog,
-    ready: ObservationGroup,
-    guard: ExecutionSnapshot | None,
-    counter: TokenCounter | None,
-) -> ObservationLog | None:
-    """``activate_reflection``'s transaction; raises ``writes.Conflict`` to roll it back."""
-    async with pool.connection() as conn, conn.transaction():
-        locked = await obs_sql.lock_log(conn, head)
-        if locked is None or locked.observations != head.observations:
-            return None
-        groups = await obs_sql.groups_of_log(conn, locked)
-        covered = [g for g in groups if g.last_message_id <= ready.last_message_id]
-        tail = [g for g in groups if g.last_message_id > ready.last_message_id]
-        if guard is not None:
-            added = sum(g.observation_tokens for g in tail)
-            both = added + ready.observation_tokens
-            start = guard.reflection_buffer_activation or 0.0
-            if added < ready.observation_tokens or both < (
-                0.75 * guard.reflection_observation_tokens * (1 - start)
-            ):
-                return None
-        text = "\n\n".join([ready.observations, *(g.observations for g in tail)])
-        tokens = count_text(text, counter)
-        log = await insert_reflection(conn, head, text, tokens, covered)
-        if log is None:
-            return None
-        if await obs_sql.activate_groups(conn, log, [ready.id]) != 1:
-            raise writes.Conflict
-        for g in tail:
-            await writes.insert_group(
-                conn,
-                log,
-                kind=g.kind,
-                first_message_id=g.first_message_id,
-                last_message_id=g.last_message_id,
-                observations=g.observations,
-                observation_tokens=g.observation_tokens,
-                message_tokens=g.message_tokens,
-            )
-        return log
 
 
 async def reflect_now(
@@ -278,17 +258,32 @@ async def reflect_now(
         if log is None:
             return head, result  # another turn reflected first; its generation stands
         if covered:
-            await writes.insert_group(
-                conn,
-                log,
-                kind="reflection",
-                first_message_id=min(g.first_message_id for g in covered),
-                last_message_id=max(g.last_message_id for g in covered),
-                observations=result.observations,
-                observation_tokens=result.observation_tokens,
-                message_tokens=sum(g.message_tokens for g in covered),
-            )
+            await _reflection_group(conn, log, result, covered)
     return log, result
+
+
+async def _reflection_group(
+    conn: Conn,
+    log: ObservationLog,
+    result: Reflection,
+    covered: Sequence[ObservationGroup],
+    *,
+    status: str = "active",
+) -> ObservationGroup:
+    """The group that records ``result``, a reflection of the groups ``covered``: their
+    message range and tokens, the reflected text (``result.observations``, not None)."""
+    assert result.observations is not None
+    return await writes.insert_group(
+        conn,
+        log,
+        kind="reflection",
+        status=status,
+        first_message_id=min(g.first_message_id for g in covered),
+        last_message_id=max(g.last_message_id for g in covered),
+        observations=result.observations,
+        observation_tokens=result.observation_tokens,
+        message_tokens=sum(g.message_tokens for g in covered),
+    )
 
 
 async def insert_reflection(

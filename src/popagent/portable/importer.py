@@ -31,10 +31,10 @@ import json
 import os
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psycopg
 
@@ -80,6 +80,7 @@ _INTEGRITY: dict[type[psycopg.Error], str] = {
 }
 _COPY_CONTEXT = re.compile(r"COPY import_(\w+), line (\d+)(?:, column (\w+))?")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
+_T = TypeVar("_T")
 
 
 def _fail(lineno: int, record_type: str, field: str, message: str) -> ValidationError:
@@ -92,23 +93,29 @@ def _fail(lineno: int, record_type: str, field: str, message: str) -> Validation
 def check_line(lineno: int, raw: RawLine) -> Line | None:
     """The checked record of one line after the header (``None`` for a blank line);
     ``ValidationError`` naming the line, type and field."""
-    text = decode_line(lineno, raw)
-    if is_blank_line(text):
+    checked = _checked(lineno, raw, check_record, _record_label)
+    if checked is None:
         return None
-    obj = parse_line(lineno, text)
-    try:
-        if isinstance(obj, dict) and _SURROGATE_ESCAPE.search(text):
-            check_unicode(obj)
-        record_type, values = check_record(obj)
-    except ValidationError as exc:
-        kind = obj.get("type") if isinstance(obj, dict) else None
-        label = kind if isinstance(kind, str) and kind in RECORD_TYPES else "record"
-        raise type(exc)(f"line {lineno}: {label}.{exc.field}", exc.message) from None
+    record_type, values = checked
     return Line(lineno, record_type, values)
+
+
+def _record_label(obj: object) -> str:
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) and kind in RECORD_TYPES else "record"
 
 
 def _check_header_line(lineno: int, raw: RawLine) -> str | None:
     """The exported resource ID of the header line (``None``: a blank line)."""
+    return _checked(lineno, raw, check_header, lambda _obj: "header")
+
+
+def _checked(
+    lineno: int, raw: RawLine, check: Callable[[Any], _T], label: Callable[[object], str]
+) -> _T | None:
+    """``check`` of line ``lineno``'s JSON value (``None`` for a blank line), its text
+    first screened for escaped lone surrogates; a ``ValidationError`` names the line,
+    the ``label`` of the value (its record type) and the field."""
     text = decode_line(lineno, raw)
     if is_blank_line(text):
         return None
@@ -116,9 +123,9 @@ def _check_header_line(lineno: int, raw: RawLine) -> str | None:
     try:
         if isinstance(obj, dict) and _SURROGATE_ESCAPE.search(text):
             check_unicode(obj)
-        return check_header(obj)
+        return check(obj)
     except ValidationError as exc:
-        raise ValidationError(f"line {lineno}: header.{exc.field}", exc.message) from None
+        raise type(exc)(f"line {lineno}: {label(obj)}.{exc.field}", exc.message) from None
 
 
 @dataclass(slots=True)

@@ -301,6 +301,11 @@ def _fact_value(obj: dict[str, Any]) -> dict[str, Any]:
 # --- records --------------------------------------------------------------------------------
 
 
+def _times(obj: dict[str, Any]) -> dict[str, Any]:
+    """A record's ``created_at`` and ``updated_at``."""
+    return {"created_at": _time(obj, "created_at"), "updated_at": _time(obj, "updated_at")}
+
+
 def _settings(obj: dict[str, Any]) -> dict[str, Any]:
     values = check_json_object("settings", _get(obj, "settings", False))
     if isinstance(values.get("forward_attachments"), list):
@@ -316,8 +321,7 @@ def _session_record(obj: dict[str, Any]) -> dict[str, Any]:
         "title": check_title(obj.get("title")),
         # ``ThreadStore.create_session``'s screen: keys and values redacted.
         "metadata": screen_metadata({} if metadata is None else metadata),
-        "created_at": _time(obj, "created_at"),
-        "updated_at": _time(obj, "updated_at"),
+        **_times(obj),
     }
 
 
@@ -386,8 +390,7 @@ def _observation_log(obj: dict[str, Any]) -> dict[str, Any]:
         "last_observed_message_id": _int(obj, "last_observed_message_id", optional=True),
         "covered_group_ids": _ids(obj, "covered_group_ids"),
         "next_reflection_tokens": _count(obj, "next_reflection_tokens"),
-        "created_at": _time(obj, "created_at"),
-        "updated_at": _time(obj, "updated_at"),
+        **_times(obj),
     }
 
 
@@ -428,8 +431,7 @@ def _fact(obj: dict[str, Any]) -> dict[str, Any]:
         "id": _int(obj, "id"),
         **_fact_value(obj),
         "version": _count(obj, "version", low=1),
-        "created_at": _time(obj, "created_at"),
-        "updated_at": _time(obj, "updated_at"),
+        **_times(obj),
     }
 
 
@@ -482,8 +484,7 @@ def _secret(obj: dict[str, Any]) -> dict[str, Any]:
         "ciphertext": _bytes(obj, "ciphertext"),
         "nonce": nonce,
         "key_id": key_id,
-        "created_at": _time(obj, "created_at"),
-        "updated_at": _time(obj, "updated_at"),
+        **_times(obj),
         "last_used_at": _time(obj, "last_used_at", optional=True),
         "expires_at": _time(obj, "expires_at", optional=True),
     }

@@ -28,6 +28,7 @@ from typing import Any
 from ..checks import check_id, check_text, check_time
 from ..errors import NotFoundError, SecretDecryptError, ValidationError
 from ..store import secrets as sql
+from ..store._rows import from_row
 from ..store.database import Pool
 from .cipher import Sealed, SecretCipher
 
@@ -62,13 +63,7 @@ class SecretInfo:
 
 
 def _info(row: dict[str, Any]) -> SecretInfo:
-    return SecretInfo(
-        name=row["name"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        last_used_at=row["last_used_at"],
-        expires_at=row["expires_at"],
-    )
+    return from_row(SecretInfo, row)
 
 
 def _check_name(value: object) -> str:

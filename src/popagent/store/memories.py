@@ -17,6 +17,7 @@ import psycopg
 
 from ..errors import ConflictError
 from ..models import Kind, Memory, MemoryFilter, Provenance
+from ._rows import column_list, from_row
 from .database import Conn
 from .recall_stats import counted
 
@@ -25,6 +26,7 @@ __all__ = [
     "MEMORY_WIDTH",
     "cleanup",
     "conflict_error",
+    "converted_columns",
     "delete_expired_episodes",
     "delete_memory",
     "delete_over_cap_episodes",
@@ -47,34 +49,18 @@ __all__ = [
     "upsert_fact_by_key",
 ]
 
-MEMORY_COLUMNS = (
-    "id, resource_id, session_id, kind, key, content, content_sha256, importance, "
-    "created_at, updated_at, accessed_at, access_count, "
-    "origin, turn_id, message_ids, tool_call_id, expires_at, version"
-)
+#: ``Memory``'s fields, in order: ``tuple_to_memory`` depends on the order.
+MEMORY_COLUMNS = column_list(Memory)
+
+
+def converted_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a fact's value (current or earlier) that its dataclass holds
+    converted: ``importance`` a float, ``message_ids`` a tuple (empty for NULL)."""
+    return {"importance": float(row["importance"]), "message_ids": tuple(row["message_ids"] or ())}
 
 
 def row_to_memory(row: dict[str, Any]) -> Memory:
-    return Memory(
-        id=row["id"],
-        resource_id=row["resource_id"],
-        session_id=row["session_id"],
-        kind=row["kind"],
-        key=row["key"],
-        content=row["content"],
-        content_sha256=row["content_sha256"],
-        importance=float(row["importance"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        accessed_at=row["accessed_at"],
-        access_count=row["access_count"],
-        origin=row["origin"],
-        turn_id=row["turn_id"],
-        message_ids=tuple(row["message_ids"] or ()),
-        tool_call_id=row["tool_call_id"],
-        expires_at=row["expires_at"],
-        version=row["version"],
-    )
+    return from_row(Memory, row, **converted_columns(row))
 
 
 #: How many leading columns of a row are ``MEMORY_COLUMNS``.
@@ -499,9 +485,13 @@ async def list_memories(conn: Conn, resource_id: str, where: MemoryFilter) -> li
 async def cleanup(
     conn: Conn, resource_id: str, *, kind: Kind | None, older_than: datetime | None
 ) -> int:
-    cur = await conn.execute(
-        CLEANUP, {"resource_id": resource_id, "kind": kind, "older_than": older_than}
-    )
+    params = {"resource_id": resource_id, "kind": kind, "older_than": older_than}
+    return await _deleted(conn, CLEANUP, params)
+
+
+async def _deleted(conn: Conn, query: str, params: dict[str, Any]) -> int:
+    """Run a deleting statement that counts its rows as ``deleted``; return the count."""
+    cur = await conn.execute(query, params)
     row = await cur.fetchone()
     return int(row["deleted"]) if row else 0
 
@@ -620,7 +610,8 @@ SELECT count(*) AS deleted FROM gone
 
 async def expire_facts(conn: Conn, now: datetime, resource_id: str | None = None) -> int:
     """Remove facts whose ``expires_at`` is at or before ``now``; return how many."""
-    cur = await conn.execute(
+    return await _deleted(
+        conn,
         EXPIRE_FACTS,
         {
             "now": now,
@@ -631,8 +622,6 @@ async def expire_facts(conn: Conn, now: datetime, resource_id: str | None = None
             "ended_session_id": None,
         },
     )
-    row = await cur.fetchone()
-    return int(row["deleted"]) if row else 0
 
 
 async def lock_maintenance(conn: Conn) -> None:
@@ -645,22 +634,14 @@ async def delete_expired_episodes(
 ) -> int:
     """Episodes created before ``cutoff``: of every resource, or of ``resource_id`` only."""
     if resource_id is None:
-        cur = await conn.execute(DELETE_EXPIRED_EPISODES, {"cutoff": cutoff})
-    else:
-        cur = await conn.execute(
-            DELETE_EXPIRED_EPISODES_OF, {"cutoff": cutoff, "resource_id": resource_id}
-        )
-    row = await cur.fetchone()
-    return int(row["deleted"]) if row else 0
+        return await _deleted(conn, DELETE_EXPIRED_EPISODES, {"cutoff": cutoff})
+    params = {"cutoff": cutoff, "resource_id": resource_id}
+    return await _deleted(conn, DELETE_EXPIRED_EPISODES_OF, params)
 
 
 async def delete_over_cap_episodes(conn: Conn, cap: int, resource_id: str | None = None) -> int:
     """Episodes beyond each resource's ``cap`` newest: every resource, or ``resource_id`` only."""
     if resource_id is None:
-        cur = await conn.execute(DELETE_OVER_CAP_EPISODES, {"cap": cap})
-    else:
-        cur = await conn.execute(
-            DELETE_OVER_CAP_EPISODES_OF, {"cap": cap, "resource_id": resource_id}
-        )
-    row = await cur.fetchone()
-    return int(row["deleted"]) if row else 0
+        return await _deleted(conn, DELETE_OVER_CAP_EPISODES, {"cap": cap})
+    params = {"cap": cap, "resource_id": resource_id}
+    return await _deleted(conn, DELETE_OVER_CAP_EPISODES_OF, params)

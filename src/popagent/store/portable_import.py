@@ -63,6 +63,18 @@ __all__ = [
     "totals",
 ]
 
+#: A write's provenance, and a fact's value with it (a current or an earlier one).
+_PROVENANCE_COLUMNS = ("origin", "turn_id", "message_ids", "tool_call_id")
+_FACT_VALUE_COLUMNS = (
+    "key",
+    "content",
+    "sha",
+    "importance",
+    "expires_at",
+    "session_id",
+    *_PROVENANCE_COLUMNS,
+)
+
 #: The staged columns of each record type, in ``COPY`` order (after ``lineno``).
 COLUMNS: dict[str, tuple[str, ...]] = {
     "session": ("session_id", "title", "metadata", "created_at", "updated_at"),
@@ -104,35 +116,11 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "created_at",
     ),
     "observation_actor": ("session_id", "actor", "recorded_at"),
-    "fact": (
-        "id",
-        "key",
-        "content",
-        "sha",
-        "importance",
-        "expires_at",
-        "session_id",
-        "origin",
-        "turn_id",
-        "message_ids",
-        "tool_call_id",
-        "version",
-        "created_at",
-        "updated_at",
-    ),
+    "fact": ("id", *_FACT_VALUE_COLUMNS, "version", "created_at", "updated_at"),
     "fact_version": (
         "fact_id",
         "version",
-        "key",
-        "content",
-        "sha",
-        "importance",
-        "expires_at",
-        "session_id",
-        "origin",
-        "turn_id",
-        "message_ids",
-        "tool_call_id",
+        *_FACT_VALUE_COLUMNS,
         "valid_from",
         "valid_to",
         "ended",
@@ -145,10 +133,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "content",
         "sha",
         "importance",
-        "origin",
-        "turn_id",
-        "message_ids",
-        "tool_call_id",
+        *_PROVENANCE_COLUMNS,
         "created_at",
     ),
     "secret": (
@@ -673,25 +658,18 @@ def _provenance(alias: str) -> str:
 
 
 # The current fact each fact record matches: by key, or (keyless) by content hash.
-MATCH_KEYED_FACTS = """
+_MATCH_FACTS = """
 UPDATE import_fact f
 SET target_id = m.id, target_version = m.version,
     same = (m.content_sha256, m.importance, m.expires_at)
            IS NOT DISTINCT FROM (f.sha, f.importance, f.expires_at)
 FROM popagent_memories m
-WHERE m.resource_id = %(resource_id)s AND m.kind = 'fact' AND f.key IS NOT NULL
-  AND m.key = f.key
+WHERE m.resource_id = %(resource_id)s AND m.kind = 'fact' AND {match}
 """
-
-MATCH_KEYLESS_FACTS = """
-UPDATE import_fact f
-SET target_id = m.id, target_version = m.version,
-    same = (m.content_sha256, m.importance, m.expires_at)
-           IS NOT DISTINCT FROM (f.sha, f.importance, f.expires_at)
-FROM popagent_memories m
-WHERE m.resource_id = %(resource_id)s AND m.kind = 'fact' AND m.key IS NULL
-  AND f.key IS NULL AND m.content_sha256 = f.sha
-"""
+MATCH_KEYED_FACTS = _MATCH_FACTS.format(match="f.key IS NOT NULL\n  AND m.key = f.key")
+MATCH_KEYLESS_FACTS = _MATCH_FACTS.format(
+    match="m.key IS NULL\n  AND f.key IS NULL AND m.content_sha256 = f.sha"
+)
 
 #: The first fact record whose key (or content) the target holds with another value.
 FIRST_CONFLICT = """

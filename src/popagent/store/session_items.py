@@ -14,6 +14,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .database import Conn
+from .threads import SESSION_CTE
 
 __all__ = ["ItemRow", "append_items", "clear_session", "latest_items", "list_items", "pop_item"]
 
@@ -27,12 +28,7 @@ ITEM_COLUMNS = "id, role, content, item"
 # ``EXCLUDED.updated_at`` is ``now()``, the column's default (a distributed table
 # refuses functions in ``DO UPDATE``: store/threads.py).
 APPEND_ITEMS = f"""
-WITH session AS (
-    INSERT INTO popagent_sessions (resource_id, session_id)
-    VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
-    RETURNING resource_id, session_id
-)
+{SESSION_CTE}
 INSERT INTO popagent_messages (resource_id, session_id, role, content, parts, item)
 SELECT session.resource_id, session.session_id, e.row->>'role', e.row->>'content',
        e.row->'parts', e.row->'item'

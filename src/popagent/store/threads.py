@@ -82,12 +82,38 @@ RETURNING {SESSION_COLUMNS}
 # function that is not immutable, hence ``EXCLUDED.updated_at`` (the proposed row's
 # default, ``now()``); in an ``UPDATE`` no volatile one, hence a turn ends at
 # ``statement_timestamp()`` (stable: the time its statement began), not ``clock_timestamp()``.
+_UPSERT_SESSION = """INSERT INTO popagent_sessions (resource_id, session_id)
+    VALUES (%(resource_id)s, %(session_id)s)
+    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at"""
+
 ENSURE_SESSION = f"""
-INSERT INTO popagent_sessions (resource_id, session_id)
-VALUES (%(resource_id)s, %(session_id)s)
-ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
+{_UPSERT_SESSION}
 RETURNING {SESSION_COLUMNS}
 """
+
+#: The leading CTE of a statement that creates its session when it is missing (one
+#: statement, one commit): ``session`` is that row's key. The foreign keys are
+#: checked at the end of the statement, when the session row the CTE wrote is there.
+SESSION_CTE = f"""WITH session AS (
+    {_UPSERT_SESSION}
+    RETURNING resource_id, session_id
+)"""
+
+# Marks the session as written to (its ``updated_at``): a CTE of each message insert.
+_TOUCH_SESSION = """touched AS (
+    UPDATE popagent_sessions SET updated_at = now()
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+)"""
+
+
+def _insert_message_from(source: str, turn_id: str) -> str:
+    """The final ``INSERT`` of a message write: one message into ``source``'s session
+    (a CTE with ``resource_id`` and ``session_id``) and turn ``turn_id``."""
+    return f"""INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+SELECT {source}.resource_id, {source}.session_id, {turn_id}, %(role)s, %(content)s, %(parts)s
+FROM {source}
+RETURNING {MESSAGE_COLUMNS}"""
+
 
 SELECT_SESSION = f"""
 SELECT {SESSION_COLUMNS} FROM popagent_sessions
@@ -112,29 +138,16 @@ DELETE FROM popagent_sessions WHERE resource_id = %(resource_id)s AND session_id
 """
 
 INSERT_MESSAGE = f"""
-WITH touched AS (
-    UPDATE popagent_sessions SET updated_at = now()
-    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-)
+WITH {_TOUCH_SESSION}
 INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
 VALUES (%(resource_id)s, %(session_id)s, %(turn_id)s, %(role)s, %(content)s, %(parts)s)
 RETURNING {MESSAGE_COLUMNS}
 """
 
-# The same, creating the session when it is missing: one statement, one commit, for
-# a turn's first write. The foreign key is checked at the end of the statement,
-# when the session row the CTE wrote is there.
+# The same, creating the session when it is missing, for a turn's first write.
 INSERT_MESSAGE_ENSURING_SESSION = f"""
-WITH session AS (
-    INSERT INTO popagent_sessions (resource_id, session_id)
-    VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
-    RETURNING resource_id, session_id
-)
-INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
-SELECT session.resource_id, session.session_id, %(turn_id)s, %(role)s, %(content)s, %(parts)s
-FROM session
-RETURNING {MESSAGE_COLUMNS}
+{SESSION_CTE}
+{_insert_message_from("session", "%(turn_id)s")}
 """
 
 # A turn's first write: the session (created when missing), the end of any turn
@@ -143,12 +156,7 @@ RETURNING {MESSAGE_COLUMNS}
 # snapshot from before the statement, so the UPDATE never touches the new turn;
 # the foreign keys are checked at the end of the statement, when the rows are there.
 START_TURN = f"""
-WITH session AS (
-    INSERT INTO popagent_sessions (resource_id, session_id)
-    VALUES (%(resource_id)s, %(session_id)s)
-    ON CONFLICT (resource_id, session_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
-    RETURNING resource_id, session_id
-), interrupted AS (
+{SESSION_CTE}, interrupted AS (
     UPDATE popagent_turns SET status = 'interrupted', ended_at = statement_timestamp()
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND status = 'running'
 ), turn AS (
@@ -156,10 +164,7 @@ WITH session AS (
     SELECT resource_id, session_id FROM session
     RETURNING resource_id, session_id, turn_id
 )
-INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
-SELECT turn.resource_id, turn.session_id, turn.turn_id, %(role)s, %(content)s, %(parts)s
-FROM turn
-RETURNING {MESSAGE_COLUMNS}
+{_insert_message_from("turn", "turn.turn_id")}
 """
 
 # A turn's last write: its final message and its end as completed, in one
@@ -172,14 +177,8 @@ WITH turn AS (
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
       AND turn_id = %(turn_id)s AND status <> 'completed'
     RETURNING resource_id, session_id, turn_id
-), touched AS (
-    UPDATE popagent_sessions SET updated_at = now()
-    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-)
-INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
-SELECT turn.resource_id, turn.session_id, turn.turn_id, %(role)s, %(content)s, %(parts)s
-FROM turn
-RETURNING {MESSAGE_COLUMNS}
+), {_TOUCH_SESSION}
+{_insert_message_from("turn", "turn.turn_id")}
 """
 
 # A turn that ended without its final message: failed or interrupted.
@@ -229,6 +228,7 @@ async def _session(conn: Conn, query: str, params: dict[str, Any]) -> Session | 
 def row_to_message(row: dict[str, Any], turn_status: TurnStatus | None = None) -> Message:
     """A message row; ``turn_status`` stands in when the row has none (a write's RETURNING)."""
     turn_id = row.get("turn_id")
+    # Spelled out, not ``_rows.from_row``: every turn reads its history through here.
     return Message(
         id=row["id"],
         resource_id=row["resource_id"],
@@ -240,6 +240,46 @@ def row_to_message(row: dict[str, Any], turn_status: TurnStatus | None = None) -
         turn_id=turn_id,
         turn_status=row.get("turn_status") or (turn_status if turn_id is not None else None),
     )
+
+
+def _message_params(
+    resource_id: str,
+    session_id: str,
+    turn_id: int | None,
+    role: str,
+    content: str,
+    parts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The parameters of every statement that writes one message (``turn_id`` is
+    unused by ``START_TURN``, whose turn is new)."""
+    return {
+        "resource_id": resource_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "role": role,
+        "content": content,
+        "parts": Jsonb(parts),
+    }
+
+
+async def _write_message(
+    conn: Conn, query: str, params: dict[str, Any], turn_status: TurnStatus
+) -> Message | None:
+    """The message a write statement returns (``None``: it wrote none), with the
+    status its turn has after the statement."""
+    cur = await conn.execute(query, params)
+    row = await cur.fetchone()
+    return row_to_message(row, turn_status) if row else None
+
+
+async def _read_messages(
+    conn: Conn, query: str, resource_id: str, session_id: str, **bounds: Any
+) -> list[Message]:
+    """The messages a read statement (``LIST_MESSAGES``, ``RECENT_MESSAGES``) gives,
+    with their turns' status; ``bounds`` are its other parameters."""
+    params = {"resource_id": resource_id, "session_id": session_id, **bounds}
+    cur = await conn.execute(query, params | {"stale_after": STALE_TURN_AFTER})
+    return [row_to_message(r) for r in await cur.fetchall()]
 
 
 async def create_session(
@@ -316,23 +356,14 @@ async def append_message(
     With ``ensure_session`` a missing session is created by the same statement.
     ``turn_id`` names the running turn the message belongs to.
     """
+    query = INSERT_MESSAGE_ENSURING_SESSION if ensure_session else INSERT_MESSAGE
+    params = _message_params(resource_id, session_id, turn_id, role, content, parts)
     try:
-        cur = await conn.execute(
-            INSERT_MESSAGE_ENSURING_SESSION if ensure_session else INSERT_MESSAGE,
-            {
-                "resource_id": resource_id,
-                "session_id": session_id,
-                "turn_id": turn_id,
-                "role": role,
-                "content": content,
-                "parts": Jsonb(parts),
-            },
-        )
-        row = await cur.fetchone()
+        written = await _write_message(conn, query, params, "running")
     except psycopg.errors.ForeignKeyViolation:
         return None
-    assert row is not None
-    return row_to_message(row, "running")
+    assert written is not None
+    return written
 
 
 async def start_turn(
@@ -345,19 +376,10 @@ async def start_turn(
 ) -> Message:
     """Start a turn with its first message, creating the session when missing (one
     statement; see ``START_TURN``). The message's ``turn_id`` names the new turn."""
-    cur = await conn.execute(
-        START_TURN,
-        {
-            "resource_id": resource_id,
-            "session_id": session_id,
-            "role": role,
-            "content": content,
-            "parts": Jsonb(parts),
-        },
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    return row_to_message(row, "running")
+    params = _message_params(resource_id, session_id, None, role, content, parts)
+    written = await _write_message(conn, START_TURN, params, "running")
+    assert written is not None
+    return written
 
 
 async def complete_turn(
@@ -371,19 +393,8 @@ async def complete_turn(
 ) -> Message | None:
     """Store the turn's final message and mark it completed (one statement); ``None``
     when the turn is gone (its session was deleted) or already completed."""
-    cur = await conn.execute(
-        COMPLETE_TURN,
-        {
-            "resource_id": resource_id,
-            "session_id": session_id,
-            "turn_id": turn_id,
-            "role": role,
-            "content": content,
-            "parts": Jsonb(parts),
-        },
-    )
-    row = await cur.fetchone()
-    return row_to_message(row, "completed") if row else None
+    params = _message_params(resource_id, session_id, turn_id, role, content, parts)
+    return await _write_message(conn, COMPLETE_TURN, params, "completed")
 
 
 async def end_turn(
@@ -408,34 +419,18 @@ async def end_turn(
 async def list_messages(
     conn: Conn, resource_id: str, session_id: str, *, after_id: int | None, limit: int
 ) -> list[Message]:
-    cur = await conn.execute(
-        LIST_MESSAGES,
-        {
-            "resource_id": resource_id,
-            "session_id": session_id,
-            "after_id": after_id,
-            "limit": limit,
-            "stale_after": STALE_TURN_AFTER,
-        },
+    return await _read_messages(
+        conn, LIST_MESSAGES, resource_id, session_id, after_id=after_id, limit=limit
     )
-    return [row_to_message(r) for r in await cur.fetchall()]
 
 
 async def recent_messages(
     conn: Conn, resource_id: str, session_id: str, *, limit: int, before_id: int | None = None
 ) -> list[Message]:
     """The ``limit`` newest messages (before ``before_id``), oldest first."""
-    cur = await conn.execute(
-        RECENT_MESSAGES,
-        {
-            "resource_id": resource_id,
-            "session_id": session_id,
-            "limit": limit,
-            "before_id": before_id,
-            "stale_after": STALE_TURN_AFTER,
-        },
+    return await _read_messages(
+        conn, RECENT_MESSAGES, resource_id, session_id, limit=limit, before_id=before_id
     )
-    return [row_to_message(r) for r in await cur.fetchall()]
 
 
 async def rewrite_messages(

@@ -14,8 +14,9 @@ from typing import Any
 import psycopg
 
 from ..models import FactVersion, Memory
+from ._rows import column_list, from_row
 from .database import Conn
-from .memories import MEMORY_COLUMNS, conflict_error, row_to_memory
+from .memories import MEMORY_COLUMNS, conflict_error, converted_columns, row_to_memory
 from .recall_stats import counted
 
 __all__ = [
@@ -28,34 +29,11 @@ __all__ = [
     "versions_ended_by_session",
 ]
 
-VERSION_COLUMNS = (
-    "resource_id, fact_id, version, key, content, content_sha256, importance, expires_at, "
-    "session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to, "
-    "ended, ended_origin, ended_session_id"
-)
+VERSION_COLUMNS = column_list(FactVersion)
 
 
 def row_to_version(row: dict[str, Any]) -> FactVersion:
-    return FactVersion(
-        resource_id=row["resource_id"],
-        fact_id=row["fact_id"],
-        version=row["version"],
-        key=row["key"],
-        content=row["content"],
-        content_sha256=row["content_sha256"],
-        importance=float(row["importance"]),
-        expires_at=row["expires_at"],
-        session_id=row["session_id"],
-        origin=row["origin"],
-        turn_id=row["turn_id"],
-        message_ids=tuple(row["message_ids"] or ()),
-        tool_call_id=row["tool_call_id"],
-        valid_from=row["valid_from"],
-        valid_to=row["valid_to"],
-        ended=row["ended"],
-        ended_origin=row["ended_origin"],
-        ended_session_id=row["ended_session_id"],
-    )
+    return from_row(FactVersion, row, **converted_columns(row))
 
 
 LIST_VERSIONS = f"""
@@ -139,21 +117,24 @@ async def reinsert_fact(conn: Conn, **params: Any) -> Memory | None:
     return row_to_memory(row) if row else None
 
 
+async def _session_rows(
+    conn: Conn, query: str, resource_id: str, session_id: str, limit: int
+) -> list[dict[str, Any]]:
+    """The rows of one of the per-session queries above, at most ``limit``."""
+    params = {"resource_id": resource_id, "session_id": session_id, "limit": limit}
+    cur = await conn.execute(query, params)
+    return await cur.fetchall()
+
+
 async def list_session_facts(
     conn: Conn, resource_id: str, session_id: str, limit: int
 ) -> list[Memory]:
-    cur = await conn.execute(
-        LIST_SESSION_MEMORIES,
-        {"resource_id": resource_id, "session_id": session_id, "limit": limit},
-    )
-    return [row_to_memory(r) for r in await cur.fetchall()]
+    rows = await _session_rows(conn, LIST_SESSION_MEMORIES, resource_id, session_id, limit)
+    return [row_to_memory(r) for r in rows]
 
 
 async def versions_ended_by_session(
     conn: Conn, resource_id: str, session_id: str, limit: int
 ) -> list[FactVersion]:
-    cur = await conn.execute(
-        VERSIONS_ENDED_BY_SESSION,
-        {"resource_id": resource_id, "session_id": session_id, "limit": limit},
-    )
-    return [row_to_version(r) for r in await cur.fetchall()]
+    rows = await _session_rows(conn, VERSIONS_ENDED_BY_SESSION, resource_id, session_id, limit)
+    return [row_to_version(r) for r in rows]

@@ -5,9 +5,6 @@ history window a turn starts from, rescrubbing a turn's messages and marking a
 turn that ended without its answer. Each function runs on a connection of the
 pool it is given (the turn's), exactly as the SQL of ``popagent.store.threads``
 and ``popagent.store.locks`` says; nothing here checks IDs, since the turn did.
-
-``Pool`` and ``Conn`` are re-exported so callers name the pool's types without
-importing ``popagent.store``.
 """
 
 from __future__ import annotations
@@ -16,14 +13,12 @@ from typing import Any
 
 from ..models import Message, TurnStatus
 from ..store import threads as sql
-from ..store.database import Conn, Pool
+from ..store.database import Pool
 from ..store.locks import session_turn_lock
 from ..store.threads import MAX_TURN_DURATION
 
 __all__ = [
     "MAX_TURN_DURATION",
-    "Conn",
-    "Pool",
     "end_turn",
     "recent_messages",
     "rewrite_messages",

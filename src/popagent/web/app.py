@@ -7,8 +7,8 @@ At start it also loads the embedding model (so that no request pays for
 its first load) and has the vector worker watch the served resource: memories
 without vectors, written before or by other processes, get them in the
 background (progress in the log, the recall preview and ``/api/info``).
-Tests pass an open ``LongTermMemory`` and a model instead; the app then
-borrows them and closes neither.
+Tests pass an open ``Popagent`` (``connect()``'s) and a model instead; the app
+then borrows them and closes neither.
 """
 
 from __future__ import annotations
@@ -22,16 +22,13 @@ from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..access import AllowedHosts, HostGuard
-from ..agent import build_agent
 from ..connection import CONFIGURED, EmbedderChoice, connect
-from ..keys import KeyStore, Limits
+from ..keys import Limits
 from ..llm import ModelSettings, OpenAIChatModel
 from ..llm.protocol import ChatModel
-from ..memory.longterm import LongTermMemory
-from ..observe.settings_store import MemorySettingsStore
 from ..offload import stop_processes, use_processes
-from ..secrets import SecretCipher, SecretStore
-from ..threads import ThreadStore
+from ..root import Popagent
+from ..secrets import SecretCipher
 from .api import ROUTERS
 from .api.keys import router as keys_router
 from .config import ServerConfig
@@ -53,7 +50,7 @@ configured resource; no route accepts a resource ID. Errors share one body:
 def create_app(
     config: ServerConfig | None = None,
     *,
-    memory: LongTermMemory | None = None,
+    root: Popagent | None = None,
     model: ChatModel | None = None,
     model_settings: ModelSettings | None = None,
     model_from_env: bool = True,
@@ -66,7 +63,7 @@ def create_app(
 ) -> FastAPI:
     """The server app for ``config``.
 
-    Without ``memory``, the lifespan connects to ``database_url`` (or
+    Without ``root``, the lifespan connects to ``database_url`` (or
     ``POPAGENT_DATABASE_URL``, else the embedded server in ``data_dir``).
     Without ``model``, the chat routes use a client opened by the lifespan for
     ``model_settings``, else for ``POPAGENT_MODEL`` and friends when
@@ -86,9 +83,9 @@ def create_app(
             # hold the event loop (``popagent.offload``). They start on first use.
             use_processes()
             stack.callback(stop_processes)
-            mem = memory
-            if mem is None:
-                mem = await stack.enter_async_context(
+            pa = root
+            if pa is None:
+                pa = await stack.enter_async_context(
                     connect(
                         database_url,
                         data_dir=data_dir,
@@ -97,6 +94,7 @@ def create_app(
                         migrated=database_migrated,
                     )
                 )
+            mem = pa.memory
             if mem.embedder is not None:
                 await mem.warm_up()  # failures are logged once; recall is lexical then
                 if not config.multi_resource:
@@ -108,31 +106,33 @@ def create_app(
                 wanted = ModelSettings.from_env()
             if chat_model is None and wanted is not None:
                 chat_model = await stack.enter_async_context(OpenAIChatModel(wanted))
-            secrets = SecretStore(mem.pool, cipher) if cipher is not None else None
+            secrets = pa.secrets(cipher) if cipher is not None else None
             agent = (
-                build_agent(mem, chat_model, stack, secrets=secrets)
+                pa.configured_agent(chat_model, stack, secrets=secrets)
                 if chat_model is not None
                 else None
             )
             scheduler = None
             if config.maintenance_interval_s is not None:
                 scheduler = MaintenanceScheduler(
-                    mem, config.maintenance_interval_s, delay_s=config.maintenance_delay_s
+                    pa.pool, mem, config.maintenance_interval_s, delay_s=config.maintenance_delay_s
                 )
                 scheduler.start()
                 stack.push_async_callback(scheduler.aclose)
-            keys = KeyStore(mem.pool)
-            # Audits the refusals it answered without the database (popagent.keys).
-            stack.push_async_callback(keys.aclose)
+            # Audits the refusals it answered without the database (popagent.keys);
+            # a borrowed root's keys too, so that none goes unaudited at shutdown.
+            stack.push_async_callback(pa.keys.aclose)
             svc = Services(
                 config=config,
+                pool=pa.pool,
                 memory=mem,
-                threads=ThreadStore(mem.pool),
-                settings=MemorySettingsStore(mem.pool),
+                threads=pa.threads,
+                settings=pa.settings,
+                items=pa.items,
                 agent=agent,
-                keys=keys,
+                keys=pa.keys,
                 logins=LoginStore(
-                    mem.pool,
+                    pa.pool,
                     LoginLimits(
                         ttl_s=config.login_ttl_s,
                         failures=config.login_failures,

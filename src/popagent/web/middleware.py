@@ -129,16 +129,29 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k.lower(): v for k, v in scope.get("headers") or []}
 
 
-class AccessLog:
-    """One structured log record per request: method, path, status, bytes, milliseconds."""
+class _ScopeMiddleware:
+    """An ASGI middleware that acts on one type of scope (``scope_type``) in ``handle``
+    and passes every other scope straight through to ``app``."""
+
+    scope_type = "http"
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != self.scope_type:
             await self.app(scope, receive, send)
             return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class AccessLog(_ScopeMiddleware):
+    """One structured log record per request: method, path, status, bytes, milliseconds."""
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         began = time.perf_counter()
         status = 0
         size = 0
@@ -171,16 +184,10 @@ class AccessLog:
             )
 
 
-class SecurityHeaders:
+class SecurityHeaders(_ScopeMiddleware):
     """Add ``SECURITY_HEADERS`` to every response, and ``no-store`` to all but static assets."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         static = scope["path"].startswith(_STATIC)
 
         async def with_headers(message: Message) -> None:
@@ -416,7 +423,7 @@ def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:
     return None if morsel is None else morsel.value
 
 
-class RequestGuard:
+class RequestGuard(_ScopeMiddleware):
     """Refuse resource names, undecodable paths, cross-origin unsafe requests and
     oversized, unsized or late bodies."""
 
@@ -429,7 +436,7 @@ class RequestGuard:
         allowed_hosts: AllowedHosts,
         body_timeout_s: float,
     ) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_body_bytes = max_body_bytes
         self.resource_id = resource_id
         self.allowed_hosts = allowed_hosts
@@ -479,10 +486,7 @@ class RequestGuard:
                 )
         return None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self._refusal(scope)
         if refusal is not None:
             await send_json(send, *refusal)
@@ -535,7 +539,7 @@ class RequestGuard:
             )
 
 
-class LifespanGuard:
+class LifespanGuard(_ScopeMiddleware):
     """Report a failed startup or shutdown as one clean line instead of a traceback.
 
     Starlette sends the traceback as the ``lifespan.startup.failed`` (or
@@ -545,14 +549,9 @@ class LifespanGuard:
     """
 
     _FAILED = frozenset({"lifespan.startup.failed", "lifespan.shutdown.failed"})
+    scope_type = "lifespan"
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         held: str | None = None
 
         async def guarded(message: Message) -> None:

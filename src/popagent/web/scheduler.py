@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..memory.longterm import LongTermMemory
 from ..models import MaintenanceReport
+from ..store.database import Pool
 
 __all__ = ["SCHEDULE_LOCK_ID", "MaintenanceScheduler", "ScheduleState"]
 
@@ -44,9 +45,12 @@ class ScheduleState:
 class MaintenanceScheduler:
     """Runs maintenance after ``delay_s`` and then every ``interval_s`` seconds."""
 
-    def __init__(self, memory: LongTermMemory, interval_s: float, *, delay_s: float = 60.0) -> None:
+    def __init__(
+        self, pool: Pool, memory: LongTermMemory, interval_s: float, *, delay_s: float = 60.0
+    ) -> None:
         if not interval_s > 0 or not delay_s >= 0:
             raise ValueError("interval_s must be > 0 and delay_s >= 0")
+        self.pool = pool  # the schedule lock is a session lock on one of its connections
         self.memory = memory
         self.interval_s = interval_s
         self.delay_s = delay_s
@@ -74,7 +78,7 @@ class MaintenanceScheduler:
 
     async def run_once(self) -> MaintenanceReport | None:
         """One scheduled run; ``None`` when another process holds the schedule lock."""
-        async with self.memory.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute(TRY_LOCK, (SCHEDULE_LOCK_ID,))
             row = await cur.fetchone()
             if not row or not row["locked"]:

@@ -33,7 +33,6 @@ __all__ = [
     "FactRestore",
     "FactUpdate",
     "ItemsAppend",
-    "PurgeOut",
     "PurgeRequest",
     "RecallRequest",
     "RevertRequest",
@@ -166,16 +165,6 @@ class ErrorOut(BaseModel):
 
 class CleanupReport(BaseModel):
     deleted: int
-
-
-class PurgeOut(BaseModel):
-    """Rows deleted per table (every table that holds a resource's rows), and the
-    tables vacuumed afterwards (``vacuum_error``: why that failed; the purge stands)."""
-
-    deleted: dict[str, int]
-    total: int
-    vacuumed: list[str]
-    vacuum_error: str | None
 
 
 class ItemsAppend(_Strict):

@@ -30,7 +30,9 @@ from ..memory.longterm import LongTermMemory
 from ..models import ObservationGroup, ObservationLog
 from ..observe.settings_store import MemorySettingsStore
 from ..observe.state import read_state
+from ..store.database import Pool
 from ..threads import ThreadStore
+from ..threads.items import SessionItems
 from .config import ServerConfig
 from .logins import LoginStore
 from .scheduler import MaintenanceScheduler
@@ -42,12 +44,15 @@ T = TypeVar("T")
 
 @dataclass(slots=True)
 class Services:
-    """The long-term store, thread store, settings store and (optional) agent of one server."""
+    """The composition root's pool and services (``popagent.root.Popagent``), the
+    (optional) agent, the keys and logins of one server."""
 
     config: ServerConfig
+    pool: Pool
     memory: LongTermMemory
     threads: ThreadStore
     settings: MemorySettingsStore
+    items: SessionItems
     agent: Agent | None
     keys: KeyStore
     logins: LoginStore
@@ -85,7 +90,7 @@ class Services:
         """Every generation of the session's observation log, oldest first, and the
         groups of the active (last) one: what the API and the GUI show, read-only
         (``observe.state.read_state``)."""
-        state = await read_state(self.memory.pool, self.resource_id, session_id)
+        state = await read_state(self.pool, self.resource_id, session_id)
         return list(state.generations), list(state.groups)
 
     def spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

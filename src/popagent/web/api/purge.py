@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from ...models import PurgeReport
 from ...store.tenant import bypass
-from ..schemas import ErrorOut, PurgeOut, PurgeRequest
+from ..schemas import ErrorOut, PurgeRequest
 from ..services import services
 
 __all__ = ["router"]
@@ -21,17 +22,11 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api", tags=["memories"], responses={422: {"model": ErrorOut}})
 
 
-@router.post("/purge", response_model=PurgeOut, summary="Purge everything of the resource")
-async def purge(request: Request, body: PurgeRequest) -> PurgeOut:
+@router.post("/purge", response_model=PurgeReport, summary="Purge everything of the resource")
+async def purge(request: Request, body: PurgeRequest) -> PurgeReport:
     """Delete every row of the server's resource in every table, in one transaction,
     then ``VACUUM`` the tables it deleted from. ``confirm`` must be ``true``."""
     s = services(request)
     # The owner's connection: VACUUM needs it, and the purge names its resource itself.
     with bypass("purge"):
-        report = await s.memory.purge(s.resource_id)
-    return PurgeOut(
-        deleted=dict(report.deleted),
-        total=report.total,
-        vacuumed=list(report.vacuumed),
-        vacuum_error=report.vacuum_error,
-    )
+        return await s.memory.purge(s.resource_id)

@@ -26,7 +26,6 @@ from ...models import (
     SessionItem,
     SessionWrites,
 )
-from ...threads.items import SessionItems
 from ...threads.service import PAGE_CAP
 from ..schemas import (
     ErrorOut,
@@ -105,7 +104,7 @@ async def list_items(
     """Items exactly as added (``popagent.threads.items``), oldest first: a page after
     ``after_id``, or with ``last`` the newest ``last``. An unknown session has none."""
     s = services(request)
-    store = SessionItems(s.memory.pool)
+    store = s.items
     if last is not None:
         rows = await store.page(s.resource_id, session_id, last=last)
         return ItemPage(tuple(SessionItem(i, item) for i, item in rows), None)
@@ -126,7 +125,7 @@ async def list_items(
 async def append_items(request: Request, session_id: SessionId, body: ItemsAppend) -> ItemsAdded:
     """All items or none; each is screened for credentials as every message is."""
     s = services(request)
-    ids = await SessionItems(s.memory.pool).append(s.resource_id, session_id, body.items)
+    ids = await s.items.append(s.resource_id, session_id, body.items)
     return ItemsAdded(ids=tuple(ids))
 
 
@@ -135,7 +134,7 @@ async def append_items(request: Request, session_id: SessionId, body: ItemsAppen
 )
 async def pop_item(request: Request, session_id: SessionId) -> ItemPopped:
     s = services(request)
-    return ItemPopped(item=await SessionItems(s.memory.pool).pop(s.resource_id, session_id))
+    return ItemPopped(item=await s.items.pop(s.resource_id, session_id))
 
 
 @router.delete(
@@ -144,7 +143,7 @@ async def pop_item(request: Request, session_id: SessionId) -> ItemPopped:
 async def clear_items(request: Request, session_id: SessionId) -> Response:
     """Empties the session's history and thread-scoped state; a no-op for an unknown session."""
     s = services(request)
-    await SessionItems(s.memory.pool).clear(s.resource_id, session_id)
+    await s.items.clear(s.resource_id, session_id)
     return Response(status_code=204)
 
 

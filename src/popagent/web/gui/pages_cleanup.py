@@ -105,7 +105,7 @@ async def cleanup(request: Request) -> Response:
 @router.get("/purge")
 async def purge_confirm(request: Request) -> Response:
     s = services(request)
-    counts = await count_resource_rows(s.memory.pool, s.resource_id)
+    counts = await count_resource_rows(s.pool, s.resource_id)
     return page(
         request,
         "purge_confirm.html",

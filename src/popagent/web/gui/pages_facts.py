@@ -21,7 +21,9 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated
@@ -39,8 +41,9 @@ from ...memory.validation import (
     normalize_fact_content,
     normalize_key,
 )
-from ...models import Memory, Provenance
-from ..services import services
+from ...models import Kind, Memory, Provenance
+from ..services import Services, services
+from ._expiry import parse_expiry
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
 from .routing import HtmlRoute
@@ -78,16 +81,6 @@ def expiry_text(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if value is not None else ""
 
 
-def _expiry(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(
-            "expires_at", "must be a date and time like 2026-12-31T18:00 (UTC)"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _importance(text: str) -> float:
     try:
         number = float(text)
@@ -122,7 +115,7 @@ def check_fact_form(form: dict[str, str], current_expiry: datetime | None = None
         f.errors["importance"] = "is required: a number from 0 to 1"
     if typed["expires_at"].strip():
         try:
-            expires_at = _expiry(typed["expires_at"].strip())
+            expires_at = parse_expiry(typed["expires_at"].strip())
             if current_expiry is not None and expires_at == current_expiry.replace(microsecond=0):
                 f.expires_at, f.expiry_unchanged = current_expiry, True
             else:
@@ -155,6 +148,32 @@ def _show_refusal(f: FactForm, exc: ValidationError | ConflictError) -> None:
         f.errors["key" if f.key is not None else "content"] = str(exc)
 
 
+async def _memory(request: Request, id: int, kind: Kind) -> tuple[Services, Memory]:
+    """The request's services and this resource's memory ``id`` of ``kind`` (404 without)."""
+    s = services(request)
+    return s, await s.memory.get(s.resource_id, id, kind=kind)
+
+
+async def _submit(
+    request: Request,
+    f: FactForm,
+    write: Callable[[], Awaitable[Memory]],
+    *,
+    fact: Memory | None,
+    notice: str,
+) -> Response:
+    """A checked form's write: only when no field has a problem; then 303 to the fact
+    written, or the form again (422) with the library's refusal next to its field."""
+    if not f.errors:
+        try:
+            written = await write()
+        except (ValidationError, ConflictError) as exc:
+            _show_refusal(f, exc)
+        else:
+            return redirect(f"/memories/{written.id}", notice=notice)
+    return _form_page(request, f, fact=fact, status_code=422)
+
+
 @router.get("/facts/new")
 async def new_fact(request: Request) -> Response:
     f = FactForm(
@@ -167,27 +186,21 @@ async def new_fact(request: Request) -> Response:
 async def create_fact(request: Request) -> Response:
     s = services(request)
     f = check_fact_form(await read_form(request, FACT_FIELDS))
-    if not f.errors:
-        try:
-            fact = await s.memory.create_fact(
-                s.resource_id,
-                f.content,
-                key=f.key,
-                importance=f.importance,
-                expires_at=f.expires_at,
-                provenance=GUI_WRITE,
-            )
-        except (ValidationError, ConflictError) as exc:
-            _show_refusal(f, exc)
-        else:
-            return redirect(f"/memories/{fact.id}", notice="fact-created")
-    return _form_page(request, f, fact=None, status_code=422)
+    create = functools.partial(
+        s.memory.create_fact,
+        s.resource_id,
+        f.content,
+        key=f.key,
+        importance=f.importance,
+        expires_at=f.expires_at,
+        provenance=GUI_WRITE,
+    )
+    return await _submit(request, f, create, fact=None, notice="fact-created")
 
 
 @router.get("/facts/{id}/edit")
 async def edit_fact(request: Request, id: MemoryId) -> Response:
-    s = services(request)
-    fact = await s.memory.get(s.resource_id, id, kind="fact")
+    _s, fact = await _memory(request, id, "fact")
     f = FactForm(
         form={
             "content": fact.content,
@@ -201,34 +214,35 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
 
 @router.post("/facts/{id}")
 async def update_fact(request: Request, id: MemoryId) -> Response:
-    s = services(request)
-    fact = await s.memory.get(s.resource_id, id, kind="fact")
+    s, fact = await _memory(request, id, "fact")
     f = check_fact_form(await read_form(request, FACT_FIELDS), fact.expires_at)
-    if not f.errors:
-        try:
-            await s.memory.update_fact(
-                s.resource_id,
-                id,
-                content=f.content,
-                key=f.key,
-                clear_key=f.key is None,
-                importance=f.importance,
-                expires_at=None if f.expiry_unchanged else f.expires_at,
-                clear_expiry=f.expires_at is None,
-                provenance=GUI_WRITE,
-            )
-        except (ValidationError, ConflictError) as exc:
-            _show_refusal(f, exc)
-        else:
-            return redirect(f"/memories/{id}", notice="fact-updated")
-    return _form_page(request, f, fact=fact, status_code=422)
+    update = functools.partial(
+        s.memory.update_fact,
+        s.resource_id,
+        id,
+        content=f.content,
+        key=f.key,
+        clear_key=f.key is None,
+        importance=f.importance,
+        expires_at=None if f.expiry_unchanged else f.expires_at,
+        clear_expiry=f.expires_at is None,
+        provenance=GUI_WRITE,
+    )
+    return await _submit(request, f, update, fact=fact, notice="fact-updated")
 
 
-@router.get("/facts/{id}/delete")
-async def confirm_delete_fact(request: Request, id: MemoryId) -> Response:
-    s = services(request)
-    memory = await s.memory.get(s.resource_id, id, kind="fact")
-    return page(request, "confirm_delete.html", active="memories", memory=memory)
+def _confirm_delete(kind: Kind) -> Callable[[Request, int], Awaitable[Response]]:
+    """The confirmation page before deleting a memory of ``kind``."""
+
+    async def confirm_delete(request: Request, id: MemoryId) -> Response:
+        _s, memory = await _memory(request, id, kind)
+        return page(request, "confirm_delete.html", active="memories", memory=memory)
+
+    return confirm_delete
+
+
+for _kind in ("fact", "episode"):
+    router.get(f"/{_kind}s/{{id}}/delete")(_confirm_delete(_kind))
 
 
 @router.post("/facts/{id}/delete")
@@ -272,13 +286,6 @@ async def restore_fact(request: Request, id: MemoryId) -> Response:
     s = services(request)
     fact = await s.memory.restore_fact(s.resource_id, id, int(text), provenance=GUI_WRITE)
     return redirect(f"/memories/{fact.id}", notice="fact-restored", version=text)
-
-
-@router.get("/episodes/{id}/delete")
-async def confirm_delete_episode(request: Request, id: MemoryId) -> Response:
-    s = services(request)
-    memory = await s.memory.get(s.resource_id, id, kind="episode")
-    return page(request, "confirm_delete.html", active="memories", memory=memory)
 
 
 @router.post("/episodes/{id}/delete")

@@ -30,6 +30,7 @@ from ...errors import ConflictError, NotFoundError, ValidationError
 from ...keys import SCOPES, ApiKey, KeyStore
 from ...store.tenant import bypass
 from ..services import Services, principal_of
+from ._expiry import parse_expiry
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
 from .routing import HtmlRoute
@@ -57,16 +58,6 @@ def _admin(request: Request) -> tuple[KeyStore, str]:
 async def _keys(store: KeyStore, resource_id: str) -> list[ApiKey]:
     with bypass("keys"):  # credential tables are not the tenant's (store.tenant)
         return await store.list_keys(resource_id, include_revoked=True)
-
-
-def _expiry(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(
-            "expires_at", "must be a date and time like 2026-12-31T18:00 (UTC)"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _list_page(
@@ -107,7 +98,7 @@ async def create_key(request: Request) -> Response:
     expires_at = None
     if form["expires_at"].strip():
         try:
-            expires_at = _expiry(form["expires_at"].strip())
+            expires_at = parse_expiry(form["expires_at"].strip())
         except ValidationError as exc:
             errors["expires_at"] = exc.message
     if not errors:

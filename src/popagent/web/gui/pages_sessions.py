@@ -138,15 +138,7 @@ async def rename_session(request: Request, session_id: SessionId) -> Response:
 
 @router.get("/sessions/{session_id}/delete")
 async def confirm_delete(request: Request, session_id: SessionId) -> Response:
-    s = services(request)
-    session = await s.threads.get_session(s.resource_id, session_id)
-    return page(
-        request,
-        "session_delete.html",
-        active="sessions",
-        session=session,
-        base=session_path(session_id),
-    )
+    return await _confirmation(request, session_id, "session_delete.html")
 
 
 @router.post("/sessions/{session_id}/delete")
@@ -160,12 +152,20 @@ async def delete_session(request: Request, session_id: SessionId) -> Response:
 @router.get("/sessions/{session_id}/revert")
 async def confirm_revert(request: Request, session_id: SessionId) -> Response:
     """What reverting would undo; changes nothing."""
+    return await _confirmation(request, session_id, "session_revert.html", with_writes=True)
+
+
+async def _confirmation(
+    request: Request, session_id: str, template: str, *, with_writes: bool = False
+) -> Response:
+    """The page that asks to confirm an action on a session (404 for an unknown one),
+    with the session's writes when the action concerns them."""
     s = services(request)
     session = await s.threads.get_session(s.resource_id, session_id)
-    writes = await s.memory.session_writes(s.resource_id, session_id)
+    writes = await s.memory.session_writes(s.resource_id, session_id) if with_writes else None
     return page(
         request,
-        "session_revert.html",
+        template,
         active="sessions",
         session=session,
         writes=writes,
