@@ -52,7 +52,8 @@ def ms(samples):
 async def main():
     out = {}
     async with popagent.connect(URL, embedder=None) as root:
-        memory = root.memory
+        # Before the composition root, connect() yielded the memory itself.
+        memory = getattr(root, "memory", root)
         rid = "bench-writes"
         now = datetime.now(UTC)
         t = []

@@ -462,3 +462,43 @@ async def test_the_episode_after_the_best_one_comes_back_right_after_it(
     again = await semantic.recall(resource, "wedding plans", now=day)
     assert again[1].memory.content == "User: And the hotel?\nAssistant: Near the river"
     assert again[1].components[0].name == "next_turn"
+
+
+async def test_pooled_connections_carry_the_graph_search_settings(
+    semantic: LongTermMemory, resource: str, other_resource: str
+) -> None:
+    """On plain PostgreSQL the graph search is one statement: its settings are every
+    pooled connection's. A connection without them still gets every memory it asks
+    for (the exact search answers what the graph leaves short)."""
+    async with semantic.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT current_setting('hnsw.iterative_scan') AS scan,"
+            " current_setting('hnsw.ef_search') AS ef"
+        )
+        assert await cur.fetchone() == {"scan": "relaxed_order", "ef": "100"}
+    await semantic.retain_episodes(
+        other_resource, [EpisodeTurn("s", f"wedding {i}", f"married {i}") for i in range(300)]
+    )
+    await semantic.retain_episodes(
+        resource, [EpisodeTurn("s", f"tulips {i}", "bulbs") for i in range(12)]
+    )
+    assert await semantic.wait_for_vectors(other_resource) == 0
+    assert await semantic.wait_for_vectors(resource) == 0
+    query = semantic.embedder
+    assert query is not None
+    vector = (await query.embed(["wedding"], kind="query"))[0]
+    async with semantic.pool.connection() as conn:
+        await conn.execute("SELECT set_config('hnsw.iterative_scan', 'off', false)")
+        try:
+            found = await vector_store.nearest(
+                conn,
+                resource,
+                model=query.model,
+                query=vector,
+                limit=10,
+                lexemes=[],
+                resource_size=vector_store.EXACT_SEARCH_MAX + 1,  # take the graph first
+            )
+        finally:  # back to the pool's session setting, for the connection's next user
+            await conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
+    assert len(found) == 10 and all(c.memory.resource_id == resource for c in found)

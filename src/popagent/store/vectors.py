@@ -30,7 +30,7 @@ from psycopg.rows import tuple_row
 
 from ..models import Candidate, Vectors
 from .citus import distributed
-from .database import Conn
+from .database import HNSW_EF_SEARCH, Conn
 from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 from .recall import term_frequencies
 
@@ -58,8 +58,6 @@ HNSW_DIMENSIONS = frozenset({384, 768, 1024, 1536})
 #: graph up to about here (measured: exact 3.0 / HNSW 3.6 ms p50 at 2,000 vectors,
 #: 6.0 / 3.3 ms at 4,000), and exact.
 EXACT_SEARCH_MAX = 2_500
-#: Candidates the graph search keeps per step: more finds more true neighbours, slower.
-HNSW_EF_SEARCH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,12 +359,24 @@ async def nearest(
     dimensions = int(query.shape[0])
     if resource_size > EXACT_SEARCH_MAX and dimensions in HNSW_DIMENSIONS:
         # Chunks of one memory may fill several rows: the statement asks for some spare.
-        # Pipelined: BEGIN, the settings and the search go in one round trip (then the
-        # COMMIT), not four; the settings are SET LOCAL, so they need the transaction.
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute(HNSW_SETTINGS, {"ef_search": str(max(HNSW_EF_SEARCH, limit * 2))})
+        ef_search = max(HNSW_EF_SEARCH, limit * 2)
+        statement = _hnsw_statement(dimensions, limit, citus)
+        if citus or ef_search != HNSW_EF_SEARCH:
+            # Citus runs the search on a worker, which sees the settings only as SET
+            # LOCAL in the search's transaction (as does a larger ef_search here).
+            # Pipelined: BEGIN, the settings and the search go in one round trip
+            # (then the COMMIT), not four.
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(HNSW_SETTINGS, {"ef_search": str(ef_search)})
+                async with conn.cursor(row_factory=tuple_row) as cur:
+                    await cur.execute(statement, params)
+                    rows = await cur.fetchall()
+        else:
+            # The pool's session settings (``store.database.SESSION_SETTINGS``) hold.
+            # A connection without them searches less far and may come back short:
+            # the exact search below then answers, so the result is the same.
             async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(_hnsw_statement(dimensions, limit, citus), params)
+                await cur.execute(statement, params)
                 rows = await cur.fetchall()
         if len(rows) >= limit:
             return _ordered(rows)
