@@ -219,3 +219,16 @@ def test_threads_re_exports_no_pool_types() -> None:
     import popagent.threads.turns as turns
 
     assert "Pool" not in turns.__all__ and "Conn" not in turns.__all__
+
+
+def test_only_the_layers_above_the_root_import_it() -> None:
+    """``popagent.root`` composes the services: none of them may import it back."""
+    below = ["store", "memory", "threads", "observe", "agent", "llm", "embed", "secrets"]
+    paths = [p for layer in below for p in sorted((SRC / layer).rglob("*.py"))]
+    paths += [SRC / "keys.py", SRC / "models.py", SRC / "errors.py"]
+    assert len(paths) > 50
+    for path in paths:
+        bad = {n for n in _imports(path) if _under(n, "popagent.root")}
+        assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+    # The scan sees what it forbids.
+    assert any(_under(n, "popagent.root") for n in _imports(SRC / "mcp" / "server.py"))
