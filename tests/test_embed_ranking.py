@@ -321,3 +321,23 @@ def test_names_and_quoted_phrases_are_emphasised() -> None:
     assert plain[0].score == pytest.approx(plain[1].score)
     boosted = rank(pair, stats, now=NOW, limit=2, semantic=True, emphasis={"ann"})
     assert [r.memory.id for r in boosted] == [2, 1] and boosted[0].score > boosted[1].score
+
+
+@pytest.mark.parametrize("fusion", ["blend", "rrf"])
+def test_a_resource_that_fits_in_the_answer_comes_back_whole(fusion: str) -> None:
+    """Five facts and a question the model places far from all of them: the top eight of
+    five memories is all five, ranked; a larger resource keeps its evidence floor."""
+    weights = RankingWeights(fusion=fusion)
+    facts = [
+        cand(i, {}, sim, kind="fact") for i, sim in enumerate((0.11, 0.05, 0.035, 0.02, -0.01))
+    ]
+    small = CorpusStats(documents=5, average_length=4.0, document_frequency={})
+    whole = rank(facts, small, now=NOW, limit=8, weights=weights, semantic=True)
+    assert [r.memory.id for r in whole] == [0, 1, 2, 3, 4]  # nearest first
+    large = CorpusStats(documents=9, average_length=4.0, document_frequency={})
+    floored = rank(facts, large, now=NOW, limit=8, weights=weights, semantic=True)
+    assert [r.memory.id for r in floored] == [0]  # only the near-best rule admits one
+    # By words alone nothing changes: no word in common, nothing returned.
+    assert rank(facts, small, now=NOW, limit=8, weights=weights) == []
+    # The limit is the measure: five memories against a limit of 3 keep the floor.
+    assert [r.memory.id for r in rank(facts, small, now=NOW, limit=3, semantic=True)] == [0]

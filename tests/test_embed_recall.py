@@ -83,8 +83,18 @@ async def test_paraphrase_is_recalled_without_a_shared_word(
     assert await semantic.recall(resource, "my sister's wedding", mode="lexical") == []
     assert await semantic.wait_for_vectors(resource) == 0
     results = await semantic.recall(resource, "my sister's wedding")
-    assert [r.memory.content for r in results] == ["Anna got married in June"]
+    # Two memories fit in the answer (the limit is 8): both come back, the paraphrase first.
+    assert [r.memory.content for r in results] == [
+        "Anna got married in June",
+        "The printer needs new toner",
+    ]
     assert component(results[0], "similarity") > 0.5 and component(results[0], "text") == 0.0
+    # A resource larger than the answer keeps the evidence rule: nothing unrelated.
+    for i in range(8):
+        await semantic.remember(resource, f"The printer on floor {i} needs new toner")
+    assert await semantic.wait_for_vectors(resource) == 0
+    results = await semantic.recall(resource, "my sister's wedding")
+    assert [r.memory.content for r in results] == ["Anna got married in June"]
 
 
 async def test_every_write_path_gets_its_vectors_from_the_worker(

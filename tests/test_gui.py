@@ -444,6 +444,8 @@ async def test_recall_preview_shows_components_and_block(
 
     await memory.create_fact(resource, "The user's cat is called Miso", key="pet.cat")
     await memory.create_fact(resource, "The user works as a baker")
+    # Both recalls below must see the same vectors (written in the background).
+    assert await memory.wait_for_vectors(resource) == 0
     response = await post_form(gui, "/recall", {"query": "what is my cat called", "limit": "5"})
     assert response.status_code == 200
     html = response.text

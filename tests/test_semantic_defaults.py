@@ -59,6 +59,11 @@ async def test_the_library_default(database_url: str, resource: str) -> None:
             results = await memory.recall(resource, question)
             assert results and results[0].memory.content == needed, question
             assert {c.name for c in results[0].components} >= {"vector", "similarity"}
+        # The issue's own example: the model puts the allergy far from a Thai dinner
+        # (cosine 0.035), but five memories fit in the answer, so all come back.
+        thai = await memory.recall(resource, "Recommend some Thai dishes I could order tonight")
+        assert "Allergic to peanuts" in {r.memory.content for r in thai}
+        assert len(thai) == len(FACTS)
         # The opt-out: the same store, words only, finds neither.
         async with popagent.connect(database_url, embedder=None, max_size=1) as lexical_root:
             lexical = lexical_root.memory
