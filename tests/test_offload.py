@@ -121,9 +121,14 @@ def test_healthz_answers_within_100_ms_while_worst_case_writes_are_screened(
             clients *= 2
         assert busy_s >= 0.5, f"{clients} writes took only {busy_s:.3f} s: nothing to prove"
         assert len(latencies) >= 10
+        if max(latencies) >= 0.100:
+            # One more try: on a machine shared with other tests, one probe can wait
+            # for a CPU. A screen on the event loop would hold the probes every time.
+            busy_s, latencies = _writes_with_health_probes(base, body, clients)
+            assert busy_s >= 0.5 and len(latencies) >= 10
         assert max(latencies) < 0.100, (
             f"/healthz took up to {max(latencies) * 1000:.0f} ms while {clients} "
-            f"worst-case writes ran for {busy_s:.2f} s"
+            f"worst-case writes ran for {busy_s:.2f} s (twice)"
         )
     finally:
         process.terminate()
