@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
 
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.memory.longterm import EPISODE_CAP_PER_RESOURCE
@@ -109,3 +113,39 @@ async def test_recall_during_maintenance_never_fails(memory: LongTermMemory, res
     )
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert 0 < await count(memory, resource, "episode") < 2_000
+
+
+@pytest.mark.parametrize("mode", ["fused", "lexical"])
+async def test_a_deadlocked_access_bookkeeping_leaves_the_recall_standing(
+    memory: LongTermMemory, resource: str, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Under maintenance PostgreSQL once chose recall's access bookkeeping as a deadlock
+    victim, and the recall failed. The bookkeeping is best effort: the recall returns
+    its memories, their access counts unchanged."""
+    fact = await memory.create_fact(resource, "Goes hiking on Sundays")
+    assert await memory.wait_for_vectors(resource) == 0
+    victims: list[str] = []
+
+    def deadlocking(execute: Any) -> Any:
+        async def run(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            text = query if isinstance(query, str) else ""
+            if "access_count = m.access_count + 1" in text and not victims:
+                victims.append(text)
+                raise psycopg.errors.DeadlockDetected("deadlock detected")
+            return await execute(self, query, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(
+        psycopg.AsyncConnection, "execute", deadlocking(psycopg.AsyncConnection.execute)
+    )
+    monkeypatch.setattr(
+        psycopg.AsyncRawCursor, "execute", deadlocking(psycopg.AsyncRawCursor.execute)
+    )
+    results = await memory.recall(resource, "hiking", mode=mode)  # type: ignore[arg-type]
+    assert victims, "the bookkeeping statement was not the one refused"
+    assert [r.memory.id for r in results] == [fact.id]
+    assert (await memory.get(resource, fact.id)).access_count == 0
+    # The next recall touches again.
+    await memory.recall(resource, "hiking", mode=mode)  # type: ignore[arg-type]
+    assert (await memory.get(resource, fact.id)).access_count == 1

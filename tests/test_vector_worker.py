@@ -430,3 +430,36 @@ async def test_without_a_model_nothing_is_loaded_and_recall_says_so(
     assert "semantic recall is off" in report.reason
     assert memory.model_health() is None and memory.vector_progress(resource) is None
     assert caplog.text == ""
+
+
+async def test_queueing_the_missing_skips_a_memory_being_deleted(
+    database_url: str, resource: str
+) -> None:
+    """The worker queues a resource's memories without vectors when it first works on
+    it. A memory deleted meanwhile (maintenance, cleanup) used to fail that statement's
+    foreign key once the delete committed; now it is skipped, and the rest is queued."""
+    from popagent.store import pending as pending_sql
+
+    async with popagent.connect(database_url, embedder=None, max_size=2) as app:
+        kept = await app.memory.create_fact(resource, "Grows tomatoes on the balcony")
+        gone = await app.memory.create_fact(resource, "Plays the cello")
+        async with app.pool.connection() as conn:
+            await conn.execute(
+                "DELETE FROM popagent_pending_vectors WHERE resource_id = %s", (resource,)
+            )
+        with psycopg.connect(database_url, autocommit=False) as deleting:
+            deleting.execute(
+                "DELETE FROM popagent_memories WHERE resource_id = %s AND id = %s",
+                (resource, gone.id),
+            )
+            async with app.pool.connection() as conn:
+                added = await asyncio.wait_for(
+                    pending_sql.enqueue_missing(conn, resource, "some-model"), timeout=10
+                )
+            deleting.commit()
+    assert added == 1
+    assert rows(
+        database_url,
+        "SELECT memory_id FROM popagent_pending_vectors WHERE resource_id = %s",
+        resource,
+    ) == [(kept.id,)]

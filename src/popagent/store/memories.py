@@ -537,7 +537,14 @@ async def touch_accessed(
     One statement, to be run outside a transaction (in autocommit), so that it
     is its own transaction and the synchronous-commit setting covers it alone.
     """
-    cur = await conn.execute(TOUCH_ACCESSED, {"resource_id": resource_id, "ids": list(ids)})
+    try:
+        cur = await conn.execute(TOUCH_ACCESSED, {"resource_id": resource_id, "ids": list(ids)})
+    except psycopg.errors.DeadlockDetected:
+        # This bookkeeping and a concurrent write (maintenance deleting, the vector
+        # worker's key checks) waited on each other, and PostgreSQL ended this one.
+        # Access counts are best effort, as rows locked elsewhere are skipped: the
+        # recall stands, its memories untouched.
+        return {}
     return {r["id"]: (r["accessed_at"], r["access_count"]) for r in await cur.fetchall()}
 
 

@@ -62,7 +62,10 @@ SELECT count(*) FROM (
 ) AS t
 """
 
-# The memories with no vector of %(model)s for their current content.
+# The memories with no vector of %(model)s for their current content. Each is
+# key-share locked as it is read, and one being deleted meanwhile (maintenance,
+# cleanup) is skipped: without the lock, a memory deleted after this statement's
+# snapshot failed the foreign key at the end, and the whole statement with it.
 ENQUEUE_MISSING = """
 INSERT INTO popagent_pending_vectors (resource_id, memory_id, content_sha256)
 SELECT m.resource_id, m.id, m.content_sha256
@@ -71,6 +74,7 @@ WHERE m.resource_id = %(resource_id)s
   AND NOT EXISTS (SELECT 1 FROM popagent_memory_embeddings e
                   WHERE e.resource_id = %(resource_id)s AND e.memory_id = m.id
                     AND e.model = %(model)s AND e.content_sha256 = m.content_sha256)
+FOR KEY SHARE OF m SKIP LOCKED
 ON CONFLICT (resource_id, memory_id) DO NOTHING
 """
 

@@ -42,9 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
-from psycopg import AsyncRawCursor
+import psycopg
+from psycopg import AsyncRawCursor, pq
 from psycopg.rows import tuple_row
 
 from ..models import Memory
@@ -272,6 +273,13 @@ LEFT JOIN touched u ON u.resource_id = s.resource_id AND u.id = s.id
         # A signal's unknown parameter fails here, on import, not on the first recall.
         positional(self.touch_text, (*self.parameters, "limit", "pool"))
 
+    @staticmethod
+    async def _fetch(conn: Conn, text: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        # Tuple rows, decoded positionally: this is the whole of recall's decoding.
+        async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
+            await cur.execute(text, params)
+            return await cur.fetchall()
+
     def statement(self, touch: bool, limit: int, pool: int, distributed: bool = False) -> str:
         """The statement to run (see ``statement``)."""
         return statement(
@@ -293,11 +301,17 @@ LEFT JOIN touched u ON u.resource_id = s.resource_id AND u.id = s.id
             resource_id, query, p.now, p.k1, p.k1 + 1.0, p.b, p.half_life_days,
             p.min_trigram, *p.weights, p.window_start, p.window_end, p.window_scale,
         )  # fmt: skip
-        text = self.statement(touch, p.limit, p.pool, await distributed(conn))
-        # Tuple rows, decoded positionally: this is the whole of recall's decoding.
-        async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
-            await cur.execute(text, params)
-            rows = await cur.fetchall()
+        citus = await distributed(conn)
+        try:
+            rows = await self._fetch(conn, self.statement(touch, p.limit, p.pool, citus), params)
+        except psycopg.errors.DeadlockDetected:
+            if not touch or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                raise  # inside a caller's transaction, which the error has ended
+            # The access bookkeeping waited on a concurrent write (maintenance
+            # deleting, the vector worker's key checks) that waited on it, and
+            # PostgreSQL ended this statement. Access counts are best effort (rows
+            # locked elsewhere are skipped too): the same recall again, untouched.
+            rows = await self._fetch(conn, self.statement(False, p.limit, p.pool, citus), params)
         w = MEMORY_WIDTH
         return [RankedRow(tuple_to_memory(r), r[w], r[w + 1], r[w + 2 :]) for r in rows]
 
