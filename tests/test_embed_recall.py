@@ -177,11 +177,12 @@ async def test_vector_search_stays_in_its_resource(
         assert len(results) == min(limit, 5)
 
 
-async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
-    semantic: LongTermMemory, resource: str, other_resource: str
-) -> None:
-    """pgvector stops an iterative scan after hnsw.max_scan_tuples; the exact search
-    then answers, so a small resource among many still gets all it holds."""
+async def _search_a_crowded_graph(
+    semantic: LongTermMemory, resource: str, other_resource: str, limit_it: str, undo: str
+) -> list[Any]:
+    """12 memories of ``resource`` among 300 nearer ones of ``other_resource``: the
+    graph search for 10 of them, with ``limit_it`` run first on the connection (and
+    ``undo`` after)."""
     await semantic.retain_episodes(
         other_resource, [EpisodeTurn("s", f"wedding {i}", f"married {i}") for i in range(300)]
     )
@@ -194,9 +195,9 @@ async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
     assert query is not None
     vector = (await query.embed(["wedding"], kind="query"))[0]
     async with semantic.pool.connection() as conn:
-        await conn.execute("SET hnsw.max_scan_tuples = 20")
+        await conn.execute(limit_it)
         try:
-            found = await vector_store.nearest(
+            return await vector_store.nearest(
                 conn,
                 resource,
                 model=query.model,
@@ -205,8 +206,22 @@ async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
                 lexemes=[],
                 resource_size=vector_store.EXACT_SEARCH_MAX + 1,  # take the graph first
             )
-        finally:
-            await conn.execute("RESET hnsw.max_scan_tuples")
+        finally:  # the pool's session settings again, for the connection's next user
+            await conn.execute(undo)
+
+
+async def test_hnsw_answers_min_limit_count_even_when_the_graph_gives_up(
+    semantic: LongTermMemory, resource: str, other_resource: str
+) -> None:
+    """pgvector stops an iterative scan after hnsw.max_scan_tuples; the exact search
+    then answers, so a small resource among many still gets all it holds."""
+    found = await _search_a_crowded_graph(
+        semantic,
+        resource,
+        other_resource,
+        "SET hnsw.max_scan_tuples = 20",
+        "RESET hnsw.max_scan_tuples",
+    )
     assert len(found) == 10 and all(c.memory.resource_id == resource for c in found)
     sims = [c.similarity or 0.0 for c in found]
     assert sims == sorted(sims, reverse=True)
@@ -486,29 +501,11 @@ async def test_pooled_connections_carry_the_graph_search_settings(
             " current_setting('hnsw.ef_search') AS ef"
         )
         assert await cur.fetchone() == {"scan": "relaxed_order", "ef": "100"}
-    await semantic.retain_episodes(
-        other_resource, [EpisodeTurn("s", f"wedding {i}", f"married {i}") for i in range(300)]
+    found = await _search_a_crowded_graph(
+        semantic,
+        resource,
+        other_resource,
+        "SELECT set_config('hnsw.iterative_scan', 'off', false)",
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)",
     )
-    await semantic.retain_episodes(
-        resource, [EpisodeTurn("s", f"tulips {i}", "bulbs") for i in range(12)]
-    )
-    assert await semantic.wait_for_vectors(other_resource) == 0
-    assert await semantic.wait_for_vectors(resource) == 0
-    query = semantic.embedder
-    assert query is not None
-    vector = (await query.embed(["wedding"], kind="query"))[0]
-    async with semantic.pool.connection() as conn:
-        await conn.execute("SELECT set_config('hnsw.iterative_scan', 'off', false)")
-        try:
-            found = await vector_store.nearest(
-                conn,
-                resource,
-                model=query.model,
-                query=vector,
-                limit=10,
-                lexemes=[],
-                resource_size=vector_store.EXACT_SEARCH_MAX + 1,  # take the graph first
-            )
-        finally:  # back to the pool's session setting, for the connection's next user
-            await conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
     assert len(found) == 10 and all(c.memory.resource_id == resource for c in found)
