@@ -124,13 +124,8 @@ def create_app(
             stack.push_async_callback(pa.keys.aclose)
             svc = Services(
                 config=config,
-                pool=pa.pool,
-                memory=mem,
-                threads=pa.threads,
-                settings=pa.settings,
-                items=pa.items,
+                root=pa,
                 agent=agent,
-                keys=pa.keys,
                 logins=LoginStore(
                     pa.pool,
                     LoginLimits(

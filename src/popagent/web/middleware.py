@@ -242,7 +242,7 @@ class TokenGate:
             if self.multi_resource:
                 scheme, _, key = authorization.partition(" ")
                 if scheme.lower() == "bearer":
-                    found = await svc.keys.authenticate(
+                    found = await svc.root.keys.authenticate(
                         key.strip(),
                         method=scope["method"],
                         path=_route_of(scope["path"]),
@@ -264,7 +264,7 @@ class TokenGate:
             return None, True
         if self.limits.rate is not None:
             # A login made with a key spends from the key's bucket, as the key would.
-            spent = await svc.keys.spend(
+            spent = await svc.root.keys.spend(
                 principal, self.limits.rate, method=scope["method"], path=_route_of(scope["path"])
             )
             return spent, True
@@ -283,7 +283,7 @@ class TokenGate:
             and scope["method"] in ("POST", "PUT", "PATCH")
             and _ADDS_CONTENT.match(scope["path"])
         ):
-            keys = scope["app"].state.services.keys
+            keys = scope["app"].state.services.root.keys
             message = await keys.over_quota(principal.resource_id, self.limits)
             if message is not None:
                 await keys.audit_refusal(
@@ -306,7 +306,7 @@ class TokenGate:
         api = path.startswith("/api/") or path == "/openapi.json"
         if principal is None:
             if presented and self.multi_resource and api:
-                await scope["app"].state.services.keys.audit_refusal(
+                await scope["app"].state.services.root.keys.audit_refusal(
                     None, "unknown_credential", method=scope["method"], path=_route_of(path)
                 )
             if api:
@@ -344,7 +344,7 @@ class TokenGate:
                 return
             reason = refusal(principal, scope["method"], path)
             if reason is not None:
-                await scope["app"].state.services.keys.audit_refusal(
+                await scope["app"].state.services.root.keys.audit_refusal(
                     principal, reason, method=scope["method"], path=_route_of(path)
                 )
                 message = (

@@ -25,14 +25,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 
 from ..agent import Agent
-from ..keys import KeyStore, Principal
-from ..memory.longterm import LongTermMemory
+from ..keys import Principal
 from ..models import ObservationGroup, ObservationLog
-from ..observe.settings_store import MemorySettingsStore
 from ..observe.state import read_state
-from ..store.database import Pool
-from ..threads import ThreadStore
-from ..threads.items import SessionItems
+from ..root import Popagent
 from .config import ServerConfig
 from .logins import LoginStore
 from .scheduler import MaintenanceScheduler
@@ -44,17 +40,14 @@ T = TypeVar("T")
 
 @dataclass(slots=True)
 class Services:
-    """The composition root's pool and services (``popagent.root.Popagent``), the
-    (optional) agent, the keys and logins of one server."""
+    """The composition root (``popagent.root.Popagent``), the (optional) agent and the
+    logins of one server."""
 
     config: ServerConfig
-    pool: Pool
-    memory: LongTermMemory
-    threads: ThreadStore
-    settings: MemorySettingsStore
-    items: SessionItems
+    #: The composition root: the pool and the services over it (memory, threads,
+    #: settings, items, keys), the same objects for every resource's view.
+    root: Popagent
     agent: Agent | None
-    keys: KeyStore
     logins: LoginStore
     scheduler: MaintenanceScheduler | None = None
     _chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -90,7 +83,7 @@ class Services:
         """Every generation of the session's observation log, oldest first, and the
         groups of the active (last) one: what the API and the GUI show, read-only
         (``observe.state.read_state``)."""
-        state = await read_state(self.pool, self.resource_id, session_id)
+        state = await read_state(self.root.pool, self.resource_id, session_id)
         return list(state.generations), list(state.groups)
 
     def spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

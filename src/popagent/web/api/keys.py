@@ -55,7 +55,7 @@ def _who(request: Request) -> tuple[Services, Principal]:
 async def list_keys(request: Request) -> list[dict[str, Any]]:
     s, principal = _who(request)
     with bypass("keys"):  # credential tables are not the tenant's (store.tenant)
-        rows = await s.keys.list_keys(principal.resource_id, include_revoked=True)
+        rows = await s.root.keys.list_keys(principal.resource_id, include_revoked=True)
     return [r.to_json() for r in rows]
 
 
@@ -72,7 +72,7 @@ async def create_key(request: Request, body: KeyCreate) -> dict[str, Any]:
         assert principal.resource_id is not None
         resource_id = principal.resource_id
     with bypass("keys"):
-        row, key = await s.keys.create(
+        row, key = await s.root.keys.create(
             resource_id, body.name, body.scope, expires_at=body.expires_at
         )
     return {"key": key, **row.to_json()}
@@ -82,5 +82,5 @@ async def create_key(request: Request, body: KeyCreate) -> dict[str, Any]:
 async def revoke_key(request: Request, key_id: int) -> dict[str, Any]:
     s, principal = _who(request)
     with bypass("keys"):
-        row = await s.keys.revoke(key_id, resource_id=principal.resource_id)
+        row = await s.root.keys.revoke(key_id, resource_id=principal.resource_id)
     return row.to_json()

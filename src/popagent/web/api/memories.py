@@ -135,7 +135,7 @@ async def _list_page(request: Request, where: MemoryFilter) -> Page[Memory]:
     """The page of the server's resource that ``where`` selects; every list route's one
     call. One memory more than the page is read to tell whether another page follows."""
     s = services(request)
-    rows = await s.memory.list(s.resource_id, replace(where, limit=where.limit + 1))
+    rows = await s.root.memory.list(s.resource_id, replace(where, limit=where.limit + 1))
     return _page(rows, where.limit, where.offset)
 
 
@@ -147,7 +147,7 @@ async def list_memories(request: Request, where: AnyFilter) -> Page[Memory]:
 @router.get("/memories/{id}", response_model=Memory, summary="Read a fact or an episode")
 async def get_memory(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return await s.memory.get(s.resource_id, id)
+    return await s.root.memory.get(s.resource_id, id)
 
 
 # --- facts ------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ async def create_fact(request: Request, body: FactCreate) -> Memory:
     whether or not it exists, ``PUT /api/facts/by-key/{key}``."""
     s = services(request)
     try:
-        fact = await s.memory.create_fact(
+        fact = await s.root.memory.create_fact(
             s.resource_id,
             body.content,
             key=body.key,
@@ -183,7 +183,7 @@ async def _named_conflict(request: Request, body: FactCreate, exc: ConflictError
     s = services(request)
     if body.key is not None:
         key = normalize_key(body.key)
-        found = await s.memory.list(s.resource_id, MemoryFilter(kind="fact", key=key, limit=1))
+        found = await s.root.memory.list(s.resource_id, MemoryFilter(kind="fact", key=key, limit=1))
         if not found:
             return exc  # deleted since: the client may simply try again
         return ConflictError(
@@ -192,7 +192,7 @@ async def _named_conflict(request: Request, body: FactCreate, exc: ConflictError
         )
     content = normalize_fact_content(body.content)
     where = MemoryFilter(kind="fact", text=content[:200], limit=PAGE_LIMIT)
-    for fact in await s.memory.list(s.resource_id, where):
+    for fact in await s.root.memory.list(s.resource_id, where):
         if fact.key is None and fact.content == content:
             return ConflictError(
                 f"fact {fact.id} is identical and has no key: PATCH /api/facts/{fact.id} changes it"
@@ -205,7 +205,7 @@ async def get_fact_by_key(request: Request, key: FactKey) -> Memory:
     """The current fact of ``key``; 404 when no fact has it."""
     s = services(request)
     wanted = normalize_key(key)
-    found = await s.memory.list(s.resource_id, MemoryFilter(kind="fact", key=wanted, limit=1))
+    found = await s.root.memory.list(s.resource_id, MemoryFilter(kind="fact", key=wanted, limit=1))
     if not found:
         raise NotFoundError(f"no fact with key {wanted!r} in this resource")
     return found[0]
@@ -223,7 +223,7 @@ async def put_fact(request: Request, key: FactKey, body: FactPut, response: Resp
     200 when its fact was replaced (the old value kept as a version) or already
     held this value. Idempotent: the same request twice leaves one fact."""
     s = services(request)
-    result = await s.memory.remember(
+    result = await s.root.memory.remember(
         s.resource_id,
         body.content,
         key=key,
@@ -239,7 +239,7 @@ async def put_fact(request: Request, key: FactKey, body: FactPut, response: Resp
 @router.get("/facts/{id}", response_model=Memory, summary="Read a fact")
 async def get_fact(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return await s.memory.get(s.resource_id, id, kind="fact")
+    return await s.root.memory.get(s.resource_id, id, kind="fact")
 
 
 @router.patch("/facts/{id}", response_model=Memory, summary="Change a fact")
@@ -251,7 +251,7 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memor
         if name in given and getattr(body, name) is None:
             raise ValidationError(name, "may not be null (leave it out to keep it)")
     s = services(request)
-    fact = await s.memory.update_fact(
+    fact = await s.root.memory.update_fact(
         s.resource_id,
         id,
         content=body.content,
@@ -277,7 +277,7 @@ async def delete_fact(
     """Delete fact ``id``; its last value stays in its history (restorable)
     unless ``purge=true`` (exactly ``true`` or ``false``)."""
     s = services(request)
-    await s.memory.delete(s.resource_id, id, kind="fact", purge=purge == "true", origin="api")
+    await s.root.memory.delete(s.resource_id, id, kind="fact", purge=purge == "true", origin="api")
     return Response(status_code=204)
 
 
@@ -292,9 +292,9 @@ async def fact_versions(request: Request, id: MemoryId) -> FactHistory:
     ``valid_to``, how it ended and who wrote and ended it. 404 when the fact
     never existed or was purged."""
     s = services(request)
-    versions = await s.memory.fact_history(s.resource_id, id)
+    versions = await s.root.memory.fact_history(s.resource_id, id)
     try:
-        current: Memory | None = await s.memory.get(s.resource_id, id, kind="fact")
+        current: Memory | None = await s.root.memory.get(s.resource_id, id, kind="fact")
     except NotFoundError:  # deleted (or expired and removed): only its history is left
         current = None
     return FactHistory(fact_id=id, current=current, versions=tuple(versions))
@@ -310,7 +310,7 @@ async def restore_fact(request: Request, id: MemoryId, body: FactRestore) -> Mem
     under its id. 404 for an unknown version, 409 when its key or content is
     now another fact's."""
     s = services(request)
-    fact = await s.memory.restore_fact(s.resource_id, id, body.version, provenance=API_WRITE)
+    fact = await s.root.memory.restore_fact(s.resource_id, id, body.version, provenance=API_WRITE)
     return fact
 
 
@@ -325,13 +325,13 @@ async def list_episodes(request: Request, where: EpisodeFilter) -> Page[Memory]:
 @router.get("/episodes/{id}", response_model=Memory, summary="Read an episode")
 async def get_episode(request: Request, id: MemoryId) -> Memory:
     s = services(request)
-    return await s.memory.get(s.resource_id, id, kind="episode")
+    return await s.root.memory.get(s.resource_id, id, kind="episode")
 
 
 @router.delete("/episodes/{id}", status_code=204, summary="Delete an episode (they are immutable)")
 async def delete_episode(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    await s.memory.delete(s.resource_id, id, kind="episode")
+    await s.root.memory.delete(s.resource_id, id, kind="episode")
     return Response(status_code=204)
 
 
@@ -343,5 +343,5 @@ async def cleanup(request: Request, body: CleanupRequest) -> CleanupReport:
     """Explicit cleanup: every memory of the resource, or those of ``kind`` and/or
     created before ``older_than``. ``confirm`` must be ``true``."""
     s = services(request)
-    deleted = await s.memory.cleanup(s.resource_id, kind=body.kind, older_than=body.older_than)
+    deleted = await s.root.memory.cleanup(s.resource_id, kind=body.kind, older_than=body.older_than)
     return CleanupReport(deleted=deleted)

@@ -29,4 +29,4 @@ async def purge(request: Request, body: PurgeRequest) -> PurgeReport:
     s = services(request)
     # The owner's connection: VACUUM needs it, and the purge names its resource itself.
     with bypass("purge"):
-        return await s.memory.purge(s.resource_id)
+        return await s.root.memory.purge(s.resource_id)

@@ -60,5 +60,7 @@ async def recall(request: Request, body: RecallRequest) -> Response:
     (the embedding model's state, memories still waiting for their vectors). A
     preview is not a use: the memories' access time and count stay as they were."""
     s = services(request)
-    report = await s.memory.recall_report(s.resource_id, body.query, limit=body.limit, touch=False)
+    report = await s.root.memory.recall_report(
+        s.resource_id, body.query, limit=body.limit, touch=False
+    )
     return Response(recall_json(body.query, report), media_type="application/json")

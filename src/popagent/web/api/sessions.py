@@ -53,7 +53,7 @@ async def list_sessions(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> Page[Session]:
     s = services(request)
-    rows = await s.threads.list_sessions(s.resource_id, limit=limit + 1, offset=offset)
+    rows = await s.root.threads.list_sessions(s.resource_id, limit=limit + 1, offset=offset)
     more = len(rows) > limit
     next_offset = offset + limit if more else None
     return Page(items=tuple(rows[:limit]), limit=limit, offset=offset, next_offset=next_offset)
@@ -62,19 +62,19 @@ async def list_sessions(
 @router.get("/{session_id}", response_model=Session, summary="Read a session")
 async def get_session(request: Request, session_id: SessionId) -> Session:
     s = services(request)
-    return await s.threads.get_session(s.resource_id, session_id)
+    return await s.root.threads.get_session(s.resource_id, session_id)
 
 
 @router.patch("/{session_id}", response_model=Session, summary="Rename a session")
 async def rename_session(request: Request, session_id: SessionId, body: SessionRename) -> Session:
     s = services(request)
-    return await s.threads.rename_session(s.resource_id, session_id, body.title)
+    return await s.root.threads.rename_session(s.resource_id, session_id, body.title)
 
 
 @router.delete("/{session_id}", status_code=204, summary="Delete a session and its messages")
 async def delete_session(request: Request, session_id: SessionId) -> Response:
     s = services(request)
-    await s.threads.delete_session(s.resource_id, session_id)
+    await s.root.threads.delete_session(s.resource_id, session_id)
     return Response(status_code=204)
 
 
@@ -87,7 +87,9 @@ async def list_messages(
 ) -> MessagePage:
     """A page of messages, oldest first, as stored; pass ``next_after_id`` for the next."""
     s = services(request)
-    rows = await s.threads.list_messages(s.resource_id, session_id, after_id=after_id, limit=limit)
+    rows = await s.root.threads.list_messages(
+        s.resource_id, session_id, after_id=after_id, limit=limit
+    )
     return MessagePage(tuple(rows), rows[-1].id if len(rows) == limit else None)
 
 
@@ -104,7 +106,7 @@ async def list_items(
     """Items exactly as added (``popagent.threads.items``), oldest first: a page after
     ``after_id``, or with ``last`` the newest ``last``. An unknown session has none."""
     s = services(request)
-    store = s.items
+    store = s.root.items
     if last is not None:
         rows = await store.page(s.resource_id, session_id, last=last)
         return ItemPage(tuple(SessionItem(i, item) for i, item in rows), None)
@@ -125,7 +127,7 @@ async def list_items(
 async def append_items(request: Request, session_id: SessionId, body: ItemsAppend) -> ItemsAdded:
     """All items or none; each is screened for credentials as every message is."""
     s = services(request)
-    ids = await s.items.append(s.resource_id, session_id, body.items)
+    ids = await s.root.items.append(s.resource_id, session_id, body.items)
     return ItemsAdded(ids=tuple(ids))
 
 
@@ -134,7 +136,7 @@ async def append_items(request: Request, session_id: SessionId, body: ItemsAppen
 )
 async def pop_item(request: Request, session_id: SessionId) -> ItemPopped:
     s = services(request)
-    return ItemPopped(item=await s.items.pop(s.resource_id, session_id))
+    return ItemPopped(item=await s.root.items.pop(s.resource_id, session_id))
 
 
 @router.delete(
@@ -143,7 +145,7 @@ async def pop_item(request: Request, session_id: SessionId) -> ItemPopped:
 async def clear_items(request: Request, session_id: SessionId) -> Response:
     """Empties the session's history and thread-scoped state; a no-op for an unknown session."""
     s = services(request)
-    await s.items.clear(s.resource_id, session_id)
+    await s.root.items.clear(s.resource_id, session_id)
     return Response(status_code=204)
 
 
@@ -156,7 +158,7 @@ async def observations(request: Request, session_id: SessionId) -> Observations:
     """Every generation of the session's observation log and the active
     generation's groups, whose message ids point at the exact source messages."""
     s = services(request)
-    await s.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
+    await s.root.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
     logs, groups = await s.observation_state(session_id)
     # Stored generations and groups are the API's with their resource and session,
     # which the response leaves out.
@@ -173,7 +175,7 @@ async def session_writes(request: Request, session_id: SessionId) -> SessionWrit
     values it replaced or deleted. Any session id may have writes (a library
     write names its session freely), so an unknown one lists nothing, not 404."""
     s = services(request)
-    return await s.memory.session_writes(s.resource_id, session_id)
+    return await s.root.memory.session_writes(s.resource_id, session_id)
 
 
 @router.post(
@@ -189,4 +191,4 @@ async def revert_session(
     facts it deleted come back, in one transaction. A fact whose old key or
     content is now another fact's is skipped and reported. ``confirm`` must be true."""
     s = services(request)
-    return await s.memory.revert_session(s.resource_id, session_id, origin="api")
+    return await s.root.memory.revert_session(s.resource_id, session_id, origin="api")

@@ -50,7 +50,7 @@ def _json(value: Any) -> Any:
 @router.get("", response_model=Settings, summary="Read the memory settings")
 async def read_settings(request: Request) -> dict[str, Any]:
     s = services(request)
-    return settings_json(await s.settings.read(s.resource_id))
+    return settings_json(await s.root.settings.read(s.resource_id))
 
 
 @router.patch("", response_model=Settings, summary="Change memory settings")
@@ -67,11 +67,11 @@ async def update_settings(
     ],
 ) -> dict[str, Any]:
     s = services(request)
-    return settings_json(await s.settings.update_stored(s.resource_id, changes))
+    return settings_json(await s.root.settings.update_stored(s.resource_id, changes))
 
 
 @router.post("/reset", response_model=Settings, summary="Reset every setting to its default")
 async def reset_settings(request: Request) -> dict[str, Any]:
     s = services(request)
-    await s.settings.reset(s.resource_id)
-    return settings_json(await s.settings.read(s.resource_id))
+    await s.root.settings.reset(s.resource_id)
+    return settings_json(await s.root.settings.read(s.resource_id))

@@ -30,18 +30,18 @@ router = APIRouter(tags=["system"])
 async def healthz(request: Request) -> JSONResponse:
     # The server's own services: health has no resource (and no credential) in any mode.
     s: Services = request.app.state.services
-    if s.pool.down_since is not None:
+    if s.root.pool.down_since is not None:
         # Known to be away (a lost connection, or the embedded server restarting):
         # say so now rather than after waiting for a connection, and have the pool
         # look again in the background, which clears the mark once it answers.
-        s.pool.recheck_soon()
+        s.root.pool.recheck_soon()
         return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
-            async with s.pool.connection() as conn:
+            async with s.root.pool.connection() as conn:
                 await conn.execute("SELECT 1")
     except Exception as exc:  # any failure to reach the database is "unavailable"
-        if isinstance(exc, TimeoutError) and s.pool.busy():
+        if isinstance(exc, TimeoutError) and s.root.pool.busy():
             # Waiting in line behind a burst while connections keep coming back:
             # the database answers, it is only busy.
             return JSONResponse({"status": "ok", "database": "busy"})
@@ -86,12 +86,12 @@ async def maintain(request: Request) -> MaintenanceReport:
     """This resource only, as every management route; the server's schedule (and
     ``popagent maintain``) cover every resource."""
     s = services(request)
-    return await s.memory.maintain(resource_id=s.resource_id)
+    return await s.root.memory.maintain(resource_id=s.resource_id)
 
 
 async def _embeddings(s: Services) -> dict[str, Any] | None:
     """Semantic recall's state: ``null`` when it is off (no embedding model)."""
-    memory = s.memory
+    memory = s.root.memory
     health = memory.model_health()
     progress = memory.vector_progress(s.resource_id)
     if health is None or progress is None:

@@ -134,7 +134,7 @@ async def _principal(s: Services, credential: str) -> Principal | None:
             return Principal(None, "operator")
         return Principal(s.config.resource_id, "admin")
     if s.config.multi_resource:
-        return await s.keys.authenticate(credential, method="POST", path="/login")
+        return await s.root.keys.authenticate(credential, method="POST", path="/login")
     return None
 
 

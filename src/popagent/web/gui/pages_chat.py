@@ -62,7 +62,7 @@ async def _chat_page(
     status_code: int = 200,
 ) -> Response:
     s = services(request)
-    history = await s.threads.recent_messages(s.resource_id, session_id, limit=HISTORY_SHOWN)
+    history = await s.root.threads.recent_messages(s.resource_id, session_id, limit=HISTORY_SHOWN)
     return page(
         request,
         "chat.html",

@@ -73,7 +73,7 @@ async def confirm(request: Request) -> Response:
             request, "cleanup.html", active="memories", status_code=422, form=form, errors=errors
         )
     s = services(request)
-    rows = await s.memory.list(
+    rows = await s.root.memory.list(
         s.resource_id, MemoryFilter(kind=kind, created_before=cutoff, limit=COUNT_CAP)
     )
     return page(
@@ -98,14 +98,14 @@ async def cleanup(request: Request) -> Response:
         name, message = next(iter(errors.items()))
         raise FormRefused(422, "Invalid cleanup", f"{name}: {message}")
     s = services(request)
-    deleted = await s.memory.cleanup(s.resource_id, kind=kind, older_than=cutoff)
+    deleted = await s.root.memory.cleanup(s.resource_id, kind=kind, older_than=cutoff)
     return redirect("/", notice="cleanup", n=deleted)
 
 
 @router.get("/purge")
 async def purge_confirm(request: Request) -> Response:
     s = services(request)
-    counts = await count_resource_rows(s.pool, s.resource_id)
+    counts = await count_resource_rows(s.root.pool, s.resource_id)
     return page(
         request,
         "purge_confirm.html",
@@ -128,7 +128,7 @@ async def purge(request: Request) -> Response:
             "confirm_resource: type the resource ID exactly to confirm the purge",
         )
     with bypass("purge"):  # the owner's connection: VACUUM needs it (store.tenant)
-        report = await s.memory.purge(s.resource_id)
+        report = await s.root.memory.purge(s.resource_id)
     return redirect("/", notice="purge", n=report.total)
 
 
@@ -136,7 +136,7 @@ async def purge(request: Request) -> Response:
 async def maintenance(request: Request) -> Response:
     await read_form(request, ())
     s = services(request)
-    report = await s.memory.maintain(resource_id=s.resource_id)
+    report = await s.root.memory.maintain(resource_id=s.resource_id)
     return redirect(
         "/",
         notice="maintenance",

@@ -151,7 +151,7 @@ def _show_refusal(f: FactForm, exc: ValidationError | ConflictError) -> None:
 async def _memory(request: Request, id: int, kind: Kind) -> tuple[Services, Memory]:
     """The request's services and this resource's memory ``id`` of ``kind`` (404 without)."""
     s = services(request)
-    return s, await s.memory.get(s.resource_id, id, kind=kind)
+    return s, await s.root.memory.get(s.resource_id, id, kind=kind)
 
 
 async def _submit(
@@ -187,7 +187,7 @@ async def create_fact(request: Request) -> Response:
     s = services(request)
     f = check_fact_form(await read_form(request, FACT_FIELDS))
     create = functools.partial(
-        s.memory.create_fact,
+        s.root.memory.create_fact,
         s.resource_id,
         f.content,
         key=f.key,
@@ -217,7 +217,7 @@ async def update_fact(request: Request, id: MemoryId) -> Response:
     s, fact = await _memory(request, id, "fact")
     f = check_fact_form(await read_form(request, FACT_FIELDS), fact.expires_at)
     update = functools.partial(
-        s.memory.update_fact,
+        s.root.memory.update_fact,
         s.resource_id,
         id,
         content=f.content,
@@ -253,7 +253,7 @@ async def delete_fact(request: Request, id: MemoryId) -> Response:
         raise FormRefused(422, "Invalid form", "purge: must be yes, or left out")
     purge = "purge" in form
     s = services(request)
-    await s.memory.delete(s.resource_id, id, kind="fact", purge=purge, origin="gui")
+    await s.root.memory.delete(s.resource_id, id, kind="fact", purge=purge, origin="gui")
     return redirect("/", notice="fact-purged" if purge else "fact-deleted")
 
 
@@ -261,9 +261,9 @@ async def delete_fact(request: Request, id: MemoryId) -> Response:
 async def fact_history(request: Request, id: MemoryId) -> Response:
     """The fact's earlier values, also once it is deleted (404 once purged)."""
     s = services(request)
-    versions = await s.memory.fact_history(s.resource_id, id)
+    versions = await s.root.memory.fact_history(s.resource_id, id)
     try:
-        current: Memory | None = await s.memory.get(s.resource_id, id, kind="fact")
+        current: Memory | None = await s.root.memory.get(s.resource_id, id, kind="fact")
     except NotFoundError:
         current = None
     return page(
@@ -284,7 +284,7 @@ async def restore_fact(request: Request, id: MemoryId) -> Response:
     if not text.isdigit() or len(text) > 10 or not 1 <= int(text) <= _VERSION_MAX:
         raise FormRefused(422, "Invalid form", "version: must be a version number")
     s = services(request)
-    fact = await s.memory.restore_fact(s.resource_id, id, int(text), provenance=GUI_WRITE)
+    fact = await s.root.memory.restore_fact(s.resource_id, id, int(text), provenance=GUI_WRITE)
     return redirect(f"/memories/{fact.id}", notice="fact-restored", version=text)
 
 
@@ -292,5 +292,5 @@ async def restore_fact(request: Request, id: MemoryId) -> Response:
 async def delete_episode(request: Request, id: MemoryId) -> Response:
     await read_form(request, ())
     s = services(request)
-    await s.memory.delete(s.resource_id, id, kind="episode")
+    await s.root.memory.delete(s.resource_id, id, kind="episode")
     return redirect("/", notice="episode-deleted")

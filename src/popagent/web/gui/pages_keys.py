@@ -52,7 +52,7 @@ def _admin(request: Request) -> tuple[KeyStore, str]:
     # The token gate already refused anything but an admin key; kept as a second lock.
     if principal is None or principal.resource_id is None or not principal.allows("admin"):
         raise FormRefused(403, "Forbidden", "managing keys needs a login with an admin key")
-    return s.keys, principal.resource_id
+    return s.root.keys, principal.resource_id
 
 
 async def _keys(store: KeyStore, resource_id: str) -> list[ApiKey]:

@@ -114,7 +114,7 @@ async def browse(request: Request) -> Response:
     f = parse_filters(dict(request.query_params))
     rows = []
     if not f.errors:
-        rows = await s.memory.list(s.resource_id, f.where)
+        rows = await s.root.memory.list(s.resource_id, f.where)
     more = len(rows) > PAGE_SIZE
     return page(
         request,
@@ -134,6 +134,6 @@ async def browse(request: Request) -> Response:
 @router.get("/memories/{id}")
 async def detail(request: Request, id: MemoryId) -> Response:
     s = services(request)
-    memory = await s.memory.get(s.resource_id, id)
-    versions = await s.memory.fact_history(s.resource_id, id) if memory.kind == "fact" else []
+    memory = await s.root.memory.get(s.resource_id, id)
+    versions = await s.root.memory.fact_history(s.resource_id, id) if memory.kind == "fact" else []
     return page(request, "memory.html", active="memories", memory=memory, versions=versions)

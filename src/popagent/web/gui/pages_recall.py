@@ -35,7 +35,7 @@ DEFAULT_LIMIT = 8
 
 async def _vectors(s: Services, report: RecallReport | None) -> dict[str, object]:
     """What the page says about semantic recall, before or with a preview."""
-    memory = s.memory
+    memory = s.root.memory
     health = memory.model_health()
     progress = memory.vector_progress(s.resource_id)
     if report is not None:
@@ -102,5 +102,5 @@ async def recall(request: Request) -> Response:
     if errors:
         return await _page(request, form, errors)
     s = services(request)
-    report = await s.memory.recall_report(s.resource_id, query, limit=limit, touch=False)
+    report = await s.root.memory.recall_report(s.resource_id, query, limit=limit, touch=False)
     return await _page(request, form, errors, report, render(report.results))

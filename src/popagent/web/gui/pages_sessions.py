@@ -57,13 +57,15 @@ def session_path(session_id: str) -> str:
 async def list_sessions(request: Request) -> Response:
     s = services(request)
     offset = _number(request.query_params.get("offset"), 10_000_000) or 0
-    rows = await s.threads.list_sessions(s.resource_id, limit=SESSIONS_PER_PAGE + 1, offset=offset)
+    rows = await s.root.threads.list_sessions(
+        s.resource_id, limit=SESSIONS_PER_PAGE + 1, offset=offset
+    )
     more = len(rows) > SESSIONS_PER_PAGE
     shown = rows[:SESSIONS_PER_PAGE]
     previews: dict[str, str] = {}
     for session in shown:  # an untitled session is named by its first user message
         if not session.title:
-            first = await s.threads.list_messages(s.resource_id, session.session_id, limit=5)
+            first = await s.root.threads.list_messages(s.resource_id, session.session_id, limit=5)
             text = next((m.content for m in first if m.role == "user" and m.content.strip()), "")
             if text:
                 previews[session.session_id] = text
@@ -86,13 +88,13 @@ async def _session_page(
     title_error: str | None = None,
 ) -> Response:
     s = services(request)
-    session = await s.threads.get_session(s.resource_id, session_id)
+    session = await s.root.threads.get_session(s.resource_id, session_id)
     after_id = _number(request.query_params.get("after_id"))
-    messages = await s.threads.list_messages(
+    messages = await s.root.threads.list_messages(
         s.resource_id, session_id, after_id=after_id, limit=MESSAGES_PER_PAGE
     )
     logs, groups = await s.observation_state(session_id)
-    writes = await s.memory.session_writes(s.resource_id, session_id)
+    writes = await s.root.memory.session_writes(s.resource_id, session_id)
     next_after_id = messages[-1].id if len(messages) == MESSAGES_PER_PAGE else None
     ends = unfinished_turn_ends(messages, last_page=next_after_id is None)
     by_id = {m.id: m for m in messages}
@@ -130,7 +132,7 @@ async def rename_session(request: Request, session_id: SessionId) -> Response:
     form = await read_form(request, ("title",))
     title = form.get("title", "")
     try:
-        await s.threads.rename_session(s.resource_id, session_id, title or None)
+        await s.root.threads.rename_session(s.resource_id, session_id, title or None)
     except ValidationError as exc:
         return await _session_page(request, session_id, title_form=title, title_error=exc.message)
     return redirect(session_path(session_id), notice="session-renamed")
@@ -145,7 +147,7 @@ async def confirm_delete(request: Request, session_id: SessionId) -> Response:
 async def delete_session(request: Request, session_id: SessionId) -> Response:
     await read_form(request, ())
     s = services(request)
-    await s.threads.delete_session(s.resource_id, session_id)
+    await s.root.threads.delete_session(s.resource_id, session_id)
     return redirect("/sessions", notice="session-deleted")
 
 
@@ -161,8 +163,8 @@ async def _confirmation(
     """The page that asks to confirm an action on a session (404 for an unknown one),
     with the session's writes when the action concerns them."""
     s = services(request)
-    session = await s.threads.get_session(s.resource_id, session_id)
-    writes = await s.memory.session_writes(s.resource_id, session_id) if with_writes else None
+    session = await s.root.threads.get_session(s.resource_id, session_id)
+    writes = await s.root.memory.session_writes(s.resource_id, session_id) if with_writes else None
     return page(
         request,
         template,
@@ -181,8 +183,8 @@ async def revert_session(request: Request, session_id: SessionId) -> Response:
             422, "Not confirmed", "confirm: reverting needs the explicit confirmation"
         )
     s = services(request)
-    await s.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
-    report = await s.memory.revert_session(s.resource_id, session_id, origin="gui")
+    await s.root.threads.get_session(s.resource_id, session_id)  # 404 for an unknown session
+    report = await s.root.memory.revert_session(s.resource_id, session_id, origin="gui")
     return redirect(
         session_path(session_id),
         notice="session-reverted",

@@ -125,7 +125,7 @@ def group_settings() -> list[SettingGroup]:
 def _server_facts(request: Request) -> dict[str, str]:
     """What this server runs with (set by its environment, not by this form)."""
     s = services(request)
-    health = s.memory.model_health()
+    health = s.root.memory.model_health()
     if s.agent is None:
         chat = "none configured: set POPAGENT_MODEL (and POPAGENT_MODEL_BASE_URL) and restart"
     else:
@@ -187,7 +187,7 @@ def _page(
 @router.get("/settings")
 async def show(request: Request) -> Response:
     s = services(request)
-    stored = await s.settings.read(s.resource_id)
+    stored = await s.root.settings.read(s.resource_id)
     return _page(request, stored, _texts(stored), {})
 
 
@@ -195,7 +195,7 @@ async def show(request: Request) -> Response:
 async def save(request: Request) -> Response:
     s = services(request)
     sent = await read_form(request, _NAMES)
-    stored = await s.settings.read(s.resource_id)
+    stored = await s.root.settings.read(s.resource_id)
     form = {**_texts(stored), **{n: v.replace("\r\n", "\n") for n, v in sent.items()}}
     errors: dict[str, str] = {}
     changes: dict[str, Any] = {}
@@ -209,7 +209,7 @@ async def save(request: Request) -> Response:
             changes[name] = value
     if not errors and changes:
         try:
-            stored = await s.settings.update_stored(s.resource_id, changes)
+            stored = await s.root.settings.update_stored(s.resource_id, changes)
         except ValidationError as exc:
             errors[exc.field if exc.field in form else "form"] = exc.message
         else:
