@@ -248,6 +248,7 @@ PUBLIC: dict[str, list[str]] = {
         "CorpusStats",
         "EpisodeTurn",
         "FactHistory",
+        "FactOptions",
         "FactVersion",
         "Health",
         "ItemPage",

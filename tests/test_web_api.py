@@ -511,6 +511,25 @@ async def test_healthz_and_openapi(api: httpx.AsyncClient) -> None:
     assert json.dumps(spec).count("resource_id") >= 1  # only in responses
 
 
+def test_the_fact_bodies_share_one_field_list() -> None:
+    """A settable fact field is declared once: create and put inherit it, and the
+    patch body names every field of a create (all optional there). Each name is a
+    keyword argument of the library write the route forwards it to."""
+    import inspect
+
+    from popagent.memory.longterm import LongTermMemory
+    from popagent.web.schemas import FactCreate, FactPut, FactUpdate
+
+    assert set(FactUpdate.model_fields) == set(FactCreate.model_fields)
+    assert set(FactCreate.model_fields) - set(FactPut.model_fields) == {"key"}
+    assert all(not f.is_required() for f in FactUpdate.model_fields.values())
+    for method, body in (
+        (LongTermMemory.create_fact, FactCreate),
+        (LongTermMemory.remember, FactPut),
+    ):
+        assert set(body.model_fields) <= set(inspect.signature(method).parameters), method
+
+
 async def test_chat_without_model_is_503(
     api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:

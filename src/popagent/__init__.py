@@ -16,28 +16,10 @@ database driver, the model SDK or the agent before a command needs them.
 import importlib as _importlib
 import typing as _typing
 
-from .errors import (
-    BackupError,
-    ClientError,
-    ConflictError,
-    DatabaseBusyError,
-    DatabaseError,
-    DatabaseUnavailableError,
-    EmbeddingError,
-    ModelError,
-    NotFoundError,
-    ObservationFailed,
-    PopagentError,
-    SecretDecryptError,
-    SecretKeyError,
-    SecretRefusedError,
-    ServerBusyError,
-    ServerError,
-    TransportError,
-    TurnFailedError,
-    UnauthorizedError,
-    ValidationError,
-)
+# The whole error tree, exactly ``errors.__all__``: a new error class is exported
+# from here by being added there.
+from . import errors as _errors
+from .errors import *  # noqa: F403
 
 if _typing.TYPE_CHECKING:
     from .agent import SUPERVISOR_GUIDANCE, Agent, TurnResult
@@ -78,41 +60,22 @@ _LAZY = {
 }
 
 __all__ = [
+    *_errors.__all__,
     "DEFAULT_WEIGHTS",
     "HEADER",
     "SUPERVISOR_GUIDANCE",
     "Agent",
-    "BackupError",
-    "ClientError",
-    "ConflictError",
-    "DatabaseBusyError",
-    "DatabaseError",
-    "DatabaseUnavailableError",
-    "EmbeddingError",
     "EpisodeTurn",
     "LongTermMemory",
     "MaintenanceReport",
     "Memory",
     "MemoryFilter",
-    "ModelError",
-    "NotFoundError",
-    "ObservationFailed",
     "Popagent",
-    "PopagentError",
     "RankingWeights",
     "RecallResult",
     "RememberResult",
     "ScoreComponent",
-    "SecretDecryptError",
-    "SecretKeyError",
-    "SecretRefusedError",
-    "ServerBusyError",
-    "ServerError",
-    "TransportError",
-    "TurnFailedError",
     "TurnResult",
-    "UnauthorizedError",
-    "ValidationError",
     "connect",
     "render",
 ]

@@ -185,18 +185,9 @@ class ApiKey:
     revoked_at: datetime | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "resource_id": self.resource_id,
-            "name": self.name,
-            "scope": self.scope,
-            "prefix": self.prefix,
-            "created_at": self.created_at.isoformat(),
-            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
-            "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
-            "use_count": self.use_count,
-            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
-        }
+        """Every field under its own name, in order; times as ISO 8601 text."""
+        values = ((name, getattr(self, name)) for name in ApiKey.__slots__)
+        return {name: v.isoformat() if isinstance(v, datetime) else v for name, v in values}
 
 
 @dataclass(frozen=True, slots=True)

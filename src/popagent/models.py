@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,6 +23,7 @@ __all__ = [
     "CorpusStats",
     "EpisodeTurn",
     "FactHistory",
+    "FactOptions",
     "FactVersion",
     "Health",
     "ItemPage",
@@ -207,6 +208,22 @@ class Provenance:
     turn_id: int | None = None
     message_ids: tuple[int, ...] = ()
     tool_call_id: str | None = None
+
+
+class FactOptions(TypedDict, total=False):
+    """The optional fields of a fact write, by name: what ``MemoryBackend.remember``
+    takes after the content, as ``**options: Unpack[FactOptions]``, and passes on.
+
+    Left out, each takes the library's default (``LongTermMemory.remember``): no
+    key, importance 0.5, no session, no expiry. Stating them once here means a new
+    settable field reaches every backend without re-typing their signatures; mypy
+    checks each forwarding call against the library's keyword arguments.
+    """
+
+    key: str | None
+    importance: float
+    session_id: str | None
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,17 @@ from __future__ import annotations
 import builtins  # ``list`` names a method in the class bodies below
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Unpack, runtime_checkable
 
 from ..memory.render import DEFAULT_BUDGET, render
-from ..models import Memory, MemoryFilter, Provenance, RecallResult, RememberResult
+from ..models import (
+    FactOptions,
+    Memory,
+    MemoryFilter,
+    Provenance,
+    RecallResult,
+    RememberResult,
+)
 from ..root import Popagent
 
 __all__ = ["LocalBackend", "MemoryBackend"]
@@ -37,15 +43,10 @@ class MemoryBackend(Protocol):
     @property
     def resource_id(self) -> str: ...
 
-    async def remember(
-        self,
-        content: str,
-        *,
-        key: str | None = None,
-        importance: float = 0.5,
-        session_id: str | None = None,
-        expires_at: datetime | None = None,
-    ) -> RememberResult: ...
+    async def remember(self, content: str, **options: Unpack[FactOptions]) -> RememberResult:
+        """Store a durable fact, as ``LongTermMemory.remember`` does (``FactOptions``:
+        key, importance, session, expiry)."""
+        ...
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]: ...
 
@@ -74,23 +75,10 @@ class LocalBackend:
     #: The provenance origin of this backend's writes (the adapter's name).
     origin: str = "library"
 
-    async def remember(
-        self,
-        content: str,
-        *,
-        key: str | None = None,
-        importance: float = 0.5,
-        session_id: str | None = None,
-        expires_at: datetime | None = None,
-    ) -> RememberResult:
+    async def remember(self, content: str, **options: Unpack[FactOptions]) -> RememberResult:
+        provenance = Provenance(origin=self.origin)
         return await self.app.memory.remember(
-            self.resource_id,
-            content,
-            key=key,
-            importance=importance,
-            session_id=session_id,
-            expires_at=expires_at,
-            provenance=Provenance(origin=self.origin),
+            self.resource_id, content, **options, provenance=provenance
         )
 
     async def recall(self, query: str, *, limit: int = 8) -> list[RecallResult]:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ..models import Outcome
 
@@ -37,6 +38,7 @@ __all__ = [
     "ToolCallEnd",
     "ToolCallStart",
     "new_call_id",
+    "observe_call",
     "safe_name",
 ]
 
@@ -171,6 +173,38 @@ class HookSet:
                     await drain()
             except Exception as exc:
                 _log_failure(hook, "drain", exc)
+
+
+_Start = TypeVar("_Start")
+_Result = TypeVar("_Result")
+
+
+async def observe_call(
+    before: Callable[[_Start], Awaitable[None]],
+    start: _Start,
+    run: Callable[[], Awaitable[_Result]],
+    after: Callable[[_Result | None, str | None, float], Awaitable[None]],
+) -> _Result:
+    """``run()`` between ``before(start)`` and exactly one ``after(result, error_type,
+    duration_ms)``, also when ``run`` raises or is cancelled: then ``result`` is
+    ``None`` and ``error_type`` the exception's class name, and the exception
+    propagates unchanged once ``after`` returns.
+
+    The one home of the module's last invariant, for model calls (the turn) and
+    tool calls (``ToolRunner``); ``after`` builds the call's end event.
+    """
+    await before(start)
+    began = time.perf_counter()
+    result: _Result | None = None
+    error_type: str | None = None
+    try:
+        result = await run()
+        return result
+    except BaseException as exc:
+        error_type = type(exc).__name__
+        raise
+    finally:
+        await after(result, error_type, (time.perf_counter() - began) * 1000)
 
 
 def _takes_an_argument(method: object) -> bool:

@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import PopagentError
 from ..llm.protocol import ToolSpec
-from .hooks import Hook, HookSet, ToolCallEnd, ToolCallStart, new_call_id, safe_name
+from .hooks import (
+    Hook,
+    HookSet,
+    ToolCallEnd,
+    ToolCallStart,
+    new_call_id,
+    observe_call,
+    safe_name,
+)
 from .tools import Tool, ToolContext, ToolOutcome, check_arguments
 
 __all__ = ["ToolRunner"]
@@ -89,29 +96,25 @@ class ToolRunner:
             input_chars=raw_size,
             started_at=datetime.now(UTC),
         )
-        await self._hooks.before_tool_call(start)
-        began = time.perf_counter()
-        outcome: ToolOutcome | None = None
-        error_type: str | None = None
-        try:
+
+        async def run() -> ToolOutcome:
             outcome = await self._run(ctx, name, arguments, problem)
-            outcome = ToolOutcome(
+            return ToolOutcome(
                 ctx.scrubber.scrub(outcome.text), outcome.outcome, outcome.error_type
             )
-            return outcome
-        except BaseException as exc:
-            error_type = type(exc).__name__
-            raise
-        finally:
+
+        async def ended(outcome: ToolOutcome | None, error_type: str | None, ms: float) -> None:
             await self._hooks.after_tool_call(
                 ToolCallEnd(
                     start=start,
                     outcome=outcome.outcome if outcome is not None else "error",
-                    duration_ms=(time.perf_counter() - began) * 1000,
+                    duration_ms=ms,
                     output_chars=len(outcome.text) if outcome is not None else 0,
                     error_type=outcome.error_type if outcome is not None else error_type,
                 )
             )
+
+        return await observe_call(self._hooks.before_tool_call, start, run, ended)
 
     async def _run(
         self,

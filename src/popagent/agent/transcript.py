@@ -20,7 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..llm.protocol import ChatMessage, ToolCall
@@ -32,29 +32,25 @@ from .scrubber import SecretScrubber
 __all__ = ["Transcript"]
 
 
+@dataclass(eq=False)
 class Transcript:
     """Appends a turn's messages, scrubbed, and keeps them scrubbed as the turn learns."""
 
-    def __init__(
-        self,
-        threads: ThreadStore,
-        pool: Pool,
-        resource_id: str,
-        session_id: str,
-        scrubber: SecretScrubber,
-    ) -> None:
-        self._threads = threads
-        self._pool = pool
-        self.resource_id = resource_id
-        self.session_id = session_id
-        self._scrubber = scrubber
-        self._written: list[Message] = []
-        self._scrubbed_at = scrubber.version
-        #: The turn's id, once ``add_user`` has started it.
-        self.turn_id: int | None = None
-        #: The turn's user message's id, once ``add_user`` has stored it (the
-        #: source message of what the turn writes to long-term memory).
-        self.user_message_id: int | None = None
+    threads: ThreadStore
+    pool: Pool
+    resource_id: str
+    session_id: str
+    scrubber: SecretScrubber
+    #: The turn's id, once ``add_user`` has started it.
+    turn_id: int | None = field(default=None, init=False)
+    #: The turn's user message's id, once ``add_user`` has stored it (the
+    #: source message of what the turn writes to long-term memory).
+    user_message_id: int | None = field(default=None, init=False)
+    _written: list[Message] = field(default_factory=list, init=False, repr=False)
+    _scrubbed_at: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._scrubbed_at = self.scrubber.version
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -85,18 +81,18 @@ class Transcript:
 
     async def rescrub(self) -> int:
         """Rewrite this turn's messages if a secret value was learnt since; return how many."""
-        if self._scrubber.version == self._scrubbed_at:
+        if self.scrubber.version == self._scrubbed_at:
             return 0
-        self._scrubbed_at = self._scrubber.version
+        self._scrubbed_at = self.scrubber.version
         rewrites: list[tuple[int, str, list[dict[str, Any]]]] = []
         for i, message in enumerate(self._written):
-            content = self._scrubber.scrub(message.content)
+            content = self.scrubber.scrub(message.content)
             parts = self._scrub_parts(list(message.parts))
             if content != message.content or parts != list(message.parts):
                 rewrites.append((message.id, content, parts))
                 self._written[i] = replace(message, content=content, parts=tuple(parts))
         if rewrites:
-            await turns.rewrite_messages(self._pool, self.resource_id, self.session_id, rewrites)
+            await turns.rewrite_messages(self.pool, self.resource_id, self.session_id, rewrites)
         return len(rewrites)
 
     async def _append(
@@ -108,11 +104,11 @@ class Transcript:
         turn: Literal["start", "complete"] | None = None,
         conn: Conn | None = None,
     ) -> Message:
-        stored = await self._threads.append_message(
+        stored = await self.threads.append_message(
             self.resource_id,
             self.session_id,
             role,
-            self._scrubber.scrub(content),
+            self.scrubber.scrub(content),
             parts=self._scrub_parts(parts),
             turn_id=self.turn_id,
             turn=turn,
@@ -125,9 +121,9 @@ class Transcript:
         scrubbed: list[dict[str, Any]] = []
         for part in parts:
             arguments = part.get("arguments")
-            clean = dict(self._scrubber.scrub_json(part))
+            clean = dict(self.scrubber.scrub_json(part))
             if part.get("type") == "tool_call" and isinstance(arguments, str):
-                clean["arguments"] = self._scrubber.scrub_json_text(arguments)
+                clean["arguments"] = self.scrubber.scrub_json_text(arguments)
             scrubbed.append(clean)
         return scrubbed
 

@@ -70,7 +70,7 @@ from ..threads import ThreadStore, turns
 from ..threads.service import MESSAGE_CAP
 from .audit import AuditHook
 from .history import HistoryRequest, HistorySource, RecentMessages
-from .hooks import Hook, HookSet, ModelCallEnd, ModelCallStart, new_call_id
+from .hooks import Hook, HookSet, ModelCallEnd, ModelCallStart, new_call_id, observe_call
 from .prompt import assemble_prompt
 from .remember import RememberTool
 from .runner import ToolRunner
@@ -490,18 +490,10 @@ class Agent:
             tool_count=len(specs),
             started_at=datetime.now(UTC),
         )
-        await self.hooks.before_model_call(start)
-        began = time.perf_counter()
-        completion: Completion | None = None
-        error_type: str | None = None
-        try:
-            completion = await self.model.complete(messages, tools=specs, on_text=on_text)
-            return completion
-        except BaseException as exc:
-            error_type = type(exc).__name__
-            raise
-        finally:
-            elapsed_ms = (time.perf_counter() - began) * 1000
+
+        async def ended(
+            completion: Completion | None, error_type: str | None, elapsed_ms: float
+        ) -> None:
             tally.model_calls += 1
             tally.model_ms += elapsed_ms
             await self.hooks.after_model_call(
@@ -514,3 +506,10 @@ class Agent:
                     error_type=error_type,
                 )
             )
+
+        return await observe_call(
+            self.hooks.before_model_call,
+            start,
+            lambda: self.model.complete(messages, tools=specs, on_text=on_text),
+            ended,
+        )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 import platformdirs
 
-from ..defaults import DEFAULT_KEY_RATE, DEFAULT_RESOURCE
+from ..defaults import DEFAULT_KEY_RATE, DEFAULT_RESOURCE, TOKEN_FILE_ENV
 from ..errors import PopagentError, ValidationError
 
 if TYPE_CHECKING:
@@ -45,10 +45,11 @@ __all__ = [
     "one_line",
     "parse_when",
     "plural",
-    "print_memories",
+    "print_rows",
     "run",
     "secret_cipher",
     "session_line",
+    "token_file_option",
     "when",
 ]
 
@@ -152,14 +153,23 @@ def memory_line(m: Memory) -> str:
     )
 
 
-def print_memories(rows: list[Memory], as_json: bool) -> None:
+def print_rows(
+    rows: Sequence[T],
+    as_json: bool,
+    *,
+    to_json: Callable[[T], Any],
+    line: Callable[[T], str],
+    none: str,
+) -> None:
+    """What a ``list`` command prints: ``rows`` as one JSON array with ``--json``, else
+    one ``line`` each, or ``none`` (``No memories.``) when there are none."""
     if as_json:
-        emit_json([m.to_json() for m in rows])
+        emit_json([to_json(row) for row in rows])
     elif not rows:
-        click.echo("No memories.")
+        click.echo(none)
     else:
-        for m in rows:
-            click.echo(memory_line(m))
+        for row in rows:
+            click.echo(line(row))
 
 
 def session_line(session: Session, preview: str | None) -> str:
@@ -204,7 +214,15 @@ def parse_when(value: str | None, field: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-# --- multi-resource limits, the same flags for serve and mcp -----------------------------
+# --- the flags serve and mcp share: the token file, multi-resource limits ---------------
+
+
+def token_file_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--token-file`` (or ``POPAGENT_TOKEN_FILE``): the file whose first line is the
+    bearer token (``popagent.access.load_token``); the command gets it as ``token_file``."""
+    return click.option(
+        "--token-file", envvar=TOKEN_FILE_ENV, type=click.Path(dir_okay=False), help=help
+    )
 
 
 def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,7 +21,7 @@ import click
 
 from ..connection import connect
 from ..keys import ApiKey, KeyStore
-from .common import Settings, emit_json, exit_codes, parse_when, when
+from .common import Settings, emit_json, exit_codes, parse_when, print_rows, when
 
 __all__ = ["keys_group"]
 
@@ -119,20 +119,16 @@ def keys_list(ctx: click.Context, include_revoked: bool, as_json: bool) -> None:
     async def action(store: KeyStore) -> list[ApiKey]:
         return await store.list_keys(resource_id, include_revoked=include_revoked)
 
-    rows = _run(ctx, action)
-    if as_json:
-        emit_json([r.to_json() for r in rows])
-        return
-    if not rows:
-        click.echo("No keys.")
-        return
-    for r in rows:
-        state = f" revoked {when(r.revoked_at)}" if r.revoked_at else ""
-        click.echo(
-            f"{r.id:>5}  {r.resource_id}  {r.name}  {r.scope:<5}  {r.prefix}…  "
-            f"created {when(r.created_at)}  expires {when(r.expires_at)}  "
-            f"used {r.use_count:,}x, last {when(r.last_used_at)}{state}"
-        )
+    print_rows(_run(ctx, action), as_json, to_json=ApiKey.to_json, line=_key_line, none="No keys.")
+
+
+def _key_line(r: ApiKey) -> str:
+    state = f" revoked {when(r.revoked_at)}" if r.revoked_at else ""
+    return (
+        f"{r.id:>5}  {r.resource_id}  {r.name}  {r.scope:<5}  {r.prefix}…  "
+        f"created {when(r.created_at)}  expires {when(r.expires_at)}  "
+        f"used {r.use_count:,}x, last {when(r.last_used_at)}{state}"
+    )
 
 
 @keys_group.command("revoke")

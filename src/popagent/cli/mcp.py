@@ -24,9 +24,9 @@ import click
 from ..access import load_token, require_token_for
 from ..checks import check_id
 from ..connection import connect
-from ..defaults import DEFAULT_HOST, DEFAULT_MCP_PORT, TOKEN_FILE_ENV
+from ..defaults import DEFAULT_HOST, DEFAULT_MCP_PORT
 from ..embed import configured_embedder
-from .common import LimitFlags, Settings, exit_codes, limit_options
+from .common import LimitFlags, Settings, exit_codes, limit_options, token_file_option
 
 if TYPE_CHECKING:
     from ..keys import Limits
@@ -54,12 +54,7 @@ __all__ = ["mcp_command"]
     show_default=True,
     help="HTTP: port to bind (0: a free one, printed on stderr).",
 )
-@click.option(
-    "--token-file",
-    envvar=TOKEN_FILE_ENV,
-    type=click.Path(dir_okay=False),
-    help="HTTP: file whose first line is the bearer token (or set POPAGENT_TOKEN).",
-)
+@token_file_option("HTTP: file whose first line is the bearer token (or set POPAGENT_TOKEN).")
 @click.option(
     "--multi-resource",
     is_flag=True,

@@ -27,7 +27,7 @@ from .common import (
     one_line,
     parse_when,
     plural,
-    print_memories,
+    print_rows,
     run,
     when,
 )
@@ -227,7 +227,8 @@ def _kind_group(kind: Kind, help: str, *filters: str) -> click.Group:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_context
     def list_kind(ctx: click.Context, where: MemoryFilter, as_json: bool) -> None:
-        print_memories(run(ctx, lambda app, r: app.memory.list(r, where)), as_json)
+        rows = run(ctx, lambda app, r: app.memory.list(r, where))
+        print_rows(rows, as_json, to_json=Memory.to_json, line=memory_line, none="No memories.")
 
     return group
 

@@ -17,7 +17,7 @@ import click
 
 from ..secrets import SecretInfo, SecretStore
 from ..secrets.store import MAX_TTL, NAME_PATTERN
-from .common import emit_json, exit_codes, run, secret_cipher, when
+from .common import exit_codes, print_rows, run, secret_cipher, when
 
 __all__ = ["secrets_group"]
 
@@ -39,6 +39,13 @@ def _info_json(info: SecretInfo) -> dict[str, object]:
         "last_used_at": info.last_used_at.isoformat() if info.last_used_at else None,
         "expires_at": info.expires_at.isoformat() if info.expires_at else None,
     }
+
+
+def _info_line(info: SecretInfo) -> str:
+    return (
+        f"{info.name}  updated {when(info.updated_at)}  last used {when(info.last_used_at)}  "
+        f"expires {when(info.expires_at)}"
+    )
 
 
 @click.group("secrets")
@@ -90,16 +97,7 @@ def secrets_set(
 def secrets_list(ctx: click.Context, as_json: bool) -> None:
     """Names and times of this resource's live secrets, never their values."""
     infos = _with_store(ctx, lambda store, r: store.list(r))
-    if as_json:
-        emit_json([_info_json(i) for i in infos])
-    elif not infos:
-        click.echo("No secrets.")
-    else:
-        for i in infos:
-            click.echo(
-                f"{i.name}  updated {when(i.updated_at)}  last used {when(i.last_used_at)}  "
-                f"expires {when(i.expires_at)}"
-            )
+    print_rows(infos, as_json, to_json=_info_json, line=_info_line, none="No secrets.")
 
 
 @secrets_group.command("delete")

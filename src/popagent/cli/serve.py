@@ -28,13 +28,20 @@ from urllib.parse import urlsplit
 import click
 
 from ..access import load_token, parse_allowed_hosts, require_token_for
-from ..defaults import ALLOWED_HOSTS_ENV, DEFAULT_HOST, DEFAULT_PORT, TOKEN_FILE_ENV, WORKERS_ENV
+from ..defaults import ALLOWED_HOSTS_ENV, DEFAULT_HOST, DEFAULT_PORT, WORKERS_ENV
 from ..embed import Embedder, configured_embedder
 from ..errors import PopagentError, SecretKeyError, ValidationError
 from ..secrets import SecretCipher
 from ..web.config import ServerConfig
 from ..web.middleware import startup_failure
-from .common import LimitFlags, Settings, exit_codes, limit_options, secret_cipher
+from .common import (
+    LimitFlags,
+    Settings,
+    exit_codes,
+    limit_options,
+    secret_cipher,
+    token_file_option,
+)
 from .startup import check_port, describe_database, say, when_ready
 
 __all__ = ["serve_command"]
@@ -48,12 +55,7 @@ WORKER_HEALTHCHECK_S = 30
 @click.command("serve")
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to bind.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--token-file",
-    envvar=TOKEN_FILE_ENV,
-    type=click.Path(dir_okay=False),
-    help="File whose first line is the bearer token (or set POPAGENT_TOKEN).",
-)
+@token_file_option("File whose first line is the bearer token (or set POPAGENT_TOKEN).")
 @click.option(
     "--allowed-host",
     "allowed_hosts",

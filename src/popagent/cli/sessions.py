@@ -14,7 +14,7 @@ import click
 
 from ..models import Message, Session, turn_marker, unfinished_turn_ends
 from ..threads import ThreadStore
-from .common import emit_json, message_lines, run, session_line, when
+from .common import emit_json, message_lines, print_rows, run, session_line, when
 
 __all__ = ["first_user_messages", "history_lines", "sessions_group"]
 
@@ -65,13 +65,13 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
         return rows, {} if as_json else await first_user_messages(threads, r, rows)
 
     rows, previews = run(ctx, lambda app, r: action(app.threads, r))
-    if as_json:
-        emit_json([s.to_json() for s in rows])
-    elif not rows:
-        click.echo("No sessions.")
-    else:
-        for s in rows:
-            click.echo(session_line(s, previews.get(s.session_id)))
+    print_rows(
+        rows,
+        as_json,
+        to_json=Session.to_json,
+        line=lambda s: session_line(s, previews.get(s.session_id)),
+        none="No sessions.",
+    )
 
 
 @sessions_group.command("show")

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DEFAULT_URL",
     "URL_ENV",
+    "AfterPage",
     "ClientConfig",
     "SseEvent",
     "SseReader",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: Seconds for connecting and for each read of a management call.
 DEFAULT_TIMEOUT_S = 30.0
@@ -103,6 +105,17 @@ class ClientConfig:
         if call.chat:
             return httpx.Timeout(self.timeout_s, read=self.chat_timeout_s)
         return self.timeout()
+
+
+class AfterPage(Protocol[T_co]):
+    """A page read after an id (``MessagePage``, ``ItemPage``), oldest first:
+    ``next_after_id`` is the ``after_id`` of the next page, ``None`` on the last."""
+
+    @property
+    def items(self) -> tuple[T_co, ...]: ...
+
+    @property
+    def next_after_id(self) -> int | None: ...
 
 
 def _env_token(values: Mapping[str, str]) -> str | None:

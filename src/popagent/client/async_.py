@@ -49,6 +49,7 @@ from . import calls
 from ._base import (
     DEFAULT_CHAT_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
+    AfterPage,
     ClientConfig,
     SseReader,
     chat_event,
@@ -272,18 +273,11 @@ class AsyncClient:
         """A page of the session's exact history, oldest first."""
         return await self._run(calls.list_messages(session_id, after_id=after_id, limit=limit))
 
-    async def iter_messages(
-        self, session_id: str, *, page_size: int = 100
-    ) -> AsyncIterator[Message]:
+    def iter_messages(self, session_id: str, *, page_size: int = 100) -> AsyncIterator[Message]:
         """The session's whole history, oldest first, page by page."""
-        after: int | None = None
-        while True:
-            page = await self.list_messages(session_id, after_id=after, limit=page_size)
-            for message in page.items:
-                yield message
-            if page.next_after_id is None:
-                return
-            after = page.next_after_id
+        return _pages_after(
+            lambda after: self.list_messages(session_id, after_id=after, limit=page_size)
+        )
 
     async def observations(self, session_id: str) -> Observations:
         return await self._run(calls.observations(session_id))
@@ -314,18 +308,11 @@ class AsyncClient:
             calls.list_items(session_id, after_id=after_id, limit=limit, last=last)
         )
 
-    async def iter_items(
-        self, session_id: str, *, page_size: int = 100
-    ) -> AsyncIterator[SessionItem]:
+    def iter_items(self, session_id: str, *, page_size: int = 100) -> AsyncIterator[SessionItem]:
         """Every item of the session, oldest first, page by page."""
-        after: int | None = None
-        while True:
-            page = await self.list_items(session_id, after_id=after, limit=page_size)
-            for item in page.items:
-                yield item
-            if page.next_after_id is None:
-                return
-            after = page.next_after_id
+        return _pages_after(
+            lambda after: self.list_items(session_id, after_id=after, limit=page_size)
+        )
 
     async def add_items(
         self, session_id: str, items: Sequence[Mapping[str, Any]]
@@ -410,3 +397,16 @@ async def apaged(fetch: Callable[[int], Awaitable[Page[T]]], start: int = 0) -> 
         for item in page.items:
             yield item
         offset = page.next_offset
+
+
+async def _pages_after(fetch: Callable[[int | None], Awaitable[AfterPage[T]]]) -> AsyncIterator[T]:
+    """Every item of the pages ``fetch(after_id)`` returns, oldest first: the first page
+    (``after_id=None``), then each page after the last id of the one before."""
+    after: int | None = None
+    while True:
+        page = await fetch(after)
+        for item in page.items:
+            yield item
+        if page.next_after_id is None:
+            return
+        after = page.next_after_id

@@ -25,9 +25,10 @@ import re
 import unicodedata
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Unpack
 
 from ..errors import ConflictError
-from ..models import Memory, MemoryFilter, RecallResult, RememberResult
+from ..models import FactOptions, Memory, MemoryFilter, RecallResult, RememberResult
 from .async_ import AsyncClient
 
 __all__ = ["RemoteBackend"]
@@ -61,19 +62,15 @@ class RemoteBackend:
         info = await client.info()
         return cls(client=client, resource_id=info.resource_id)
 
-    async def remember(
-        self,
-        content: str,
-        *,
-        key: str | None = None,
-        importance: float = 0.5,
-        session_id: str | None = None,
-        expires_at: datetime | None = None,
-    ) -> RememberResult:
+    async def remember(self, content: str, **options: Unpack[FactOptions]) -> RememberResult:
         """Store a durable fact: replace the fact of ``key``, or find an identical
         keyless one (raising its importance if lower); either way the fact takes
-        ``expires_at`` (``None``: it never expires). See the module docstring."""
-        del session_id  # the API's fact routes take no session (module docstring)
+        ``expires_at`` (``None``: it never expires). See the module docstring.
+
+        ``session_id`` is not sent: the API's fact routes take none."""
+        key = options.get("key")
+        importance = options.get("importance", 0.5)
+        expires_at = options.get("expires_at")
         for _attempt in range(_ATTEMPTS):
             if key is not None:
                 page = await self.client.list(MemoryFilter(kind="fact", key=key, limit=1))

@@ -52,6 +52,7 @@ from . import calls
 from ._base import (
     DEFAULT_CHAT_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
+    AfterPage,
     ClientConfig,
     SseReader,
     chat_event,
@@ -275,13 +276,9 @@ class Client:
 
     def iter_messages(self, session_id: str, *, page_size: int = 100) -> Iterator[Message]:
         """The session's whole history, oldest first, page by page."""
-        after: int | None = None
-        while True:
-            page = self.list_messages(session_id, after_id=after, limit=page_size)
-            yield from page.items
-            if page.next_after_id is None:
-                return
-            after = page.next_after_id
+        return _pages_after(
+            lambda after: self.list_messages(session_id, after_id=after, limit=page_size)
+        )
 
     def observations(self, session_id: str) -> Observations:
         return self._run(calls.observations(session_id))
@@ -312,13 +309,9 @@ class Client:
 
     def iter_items(self, session_id: str, *, page_size: int = 100) -> Iterator[SessionItem]:
         """Every item of the session, oldest first, page by page."""
-        after: int | None = None
-        while True:
-            page = self.list_items(session_id, after_id=after, limit=page_size)
-            yield from page.items
-            if page.next_after_id is None:
-                return
-            after = page.next_after_id
+        return _pages_after(
+            lambda after: self.list_items(session_id, after_id=after, limit=page_size)
+        )
 
     def add_items(self, session_id: str, items: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
         """Append items (1 to 1,000 JSON objects), all or none; the id each is stored
@@ -396,3 +389,15 @@ def paged(fetch: Callable[[int], Page[T]], start: int = 0) -> Iterator[T]:
         page = fetch(offset)
         yield from page.items
         offset = page.next_offset
+
+
+def _pages_after(fetch: Callable[[int | None], AfterPage[T]]) -> Iterator[T]:
+    """Every item of the pages ``fetch(after_id)`` returns, oldest first: the first page
+    (``after_id=None``), then each page after the last id of the one before."""
+    after: int | None = None
+    while True:
+        page = fetch(after)
+        yield from page.items
+        if page.next_after_id is None:
+            return
+        after = page.next_after_id

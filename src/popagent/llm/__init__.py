@@ -7,35 +7,16 @@ the Chat Completions API (OpenAI, vLLM, Ollama, llama.cpp).
 
 from __future__ import annotations
 
+from popagent.llm import protocol as _protocol
 from popagent.llm.openai_client import OpenAIChatModel
-from popagent.llm.protocol import (
-    ChatMessage,
-    ChatModel,
-    ChatRole,
-    Completion,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    ModelError,
-    TextCallback,
-    ToolCall,
-    ToolSpec,
-)
+
+# The whole seam, exactly ``protocol.__all__``: a name added there is exported here.
+from popagent.llm.protocol import *  # noqa: F403
 from popagent.llm.settings import DEFAULT_BASE_URL, ModelSettings
 
 __all__ = [
+    *_protocol.__all__,
     "DEFAULT_BASE_URL",
-    "ChatMessage",
-    "ChatModel",
-    "ChatRole",
-    "Completion",
-    "ContentPart",
-    "FilePart",
-    "ImagePart",
-    "ModelError",
     "ModelSettings",
     "OpenAIChatModel",
-    "TextCallback",
-    "ToolCall",
-    "ToolSpec",
 ]

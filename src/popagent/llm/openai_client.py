@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import openai
 from openai.types.chat import (
@@ -63,6 +63,15 @@ _RETRYABLE_STATUS = frozenset({408, 409, 429})
 # What the SDK raises for a failed request, and what a body that does not parse
 # as the schema raises (pydantic's error is a ValueError too).
 _REQUEST_ERRORS = (openai.APIError, ValueError)
+
+
+class _Request(TypedDict):
+    """What one Chat Completions request asks, the same whether it streams or not."""
+
+    messages: list[ChatCompletionMessageParam]
+    model: str
+    tools: list[ChatCompletionToolUnionParam] | openai.Omit
+    temperature: float | openai.Omit
 
 
 class _AttemptFailed(Exception):
@@ -131,16 +140,19 @@ class OpenAIChatModel:
     ) -> Completion:
         # The SDK's parameter types are TypedDict unions of exactly this wire
         # format; ``to_openai()`` is the one place that format is written.
-        wire_messages = cast(
-            "list[ChatCompletionMessageParam]", [message.to_openai() for message in messages]
-        )
         wire_tools = cast("list[ChatCompletionToolUnionParam]", [t.to_openai() for t in tools])
+        request = _Request(
+            messages=cast("list[ChatCompletionMessageParam]", [m.to_openai() for m in messages]),
+            model=self.model,
+            tools=wire_tools or openai.omit,
+            temperature=_given(self._settings.temperature),
+        )
         attempts = 1 + self._settings.max_retries
         for attempt in range(1, attempts + 1):
             try:
                 if on_text is None:
-                    return await self._complete_once(wire_messages, wire_tools)
-                return await self._stream_once(wire_messages, wire_tools, on_text)
+                    return await self._complete_once(request)
+                return await self._stream_once(request, on_text)
             except _AttemptFailed as failure:
                 if failure.delivered or not failure.transient or attempt == attempts:
                     raise self._model_error(failure, attempt) from failure.__cause__
@@ -156,18 +168,9 @@ class OpenAIChatModel:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt always returns or raises")
 
-    async def _complete_once(
-        self,
-        messages: list[ChatCompletionMessageParam],
-        tools: list[ChatCompletionToolUnionParam],
-    ) -> Completion:
+    async def _complete_once(self, request: _Request) -> Completion:
         try:
-            response = await self._client.chat.completions.create(
-                messages=messages,
-                model=self.model,
-                tools=tools or openai.omit,
-                temperature=_given(self._settings.temperature),
-            )
+            response = await self._client.chat.completions.create(**request)
         except _REQUEST_ERRORS as exc:
             raise self._failure(exc) from exc
         try:
@@ -178,18 +181,10 @@ class OpenAIChatModel:
         except (AttributeError, IndexError, TypeError, ValueError) as exc:
             raise _AttemptFailed(f"malformed response: {exc}", transient=False) from exc
 
-    async def _stream_once(
-        self,
-        messages: list[ChatCompletionMessageParam],
-        tools: list[ChatCompletionToolUnionParam],
-        on_text: TextCallback,
-    ) -> Completion:
+    async def _stream_once(self, request: _Request, on_text: TextCallback) -> Completion:
         try:
             stream = await self._client.chat.completions.create(
-                messages=messages,
-                model=self.model,
-                tools=tools or openai.omit,
-                temperature=_given(self._settings.temperature),
+                **request,
                 stream=True,
                 # Servers that do not know the option ignore it; the final
                 # usage chunk then simply never comes.

@@ -35,6 +35,7 @@ __all__ = [
     "OFFSET_MAX",
     "RECALL_RESULT_SCHEMA",
     "StructuredSlot",
+    "array_of",
     "episode_summary_json",
     "fact_version_json",
     "memory_json",
@@ -63,6 +64,11 @@ def _project(schema: dict[str, Any], full: dict[str, object]) -> dict[str, Any]:
     # The declared projection: the schema's properties, in its order, taken from the
     # value's own JSON (``to_json``), so a field is described once, in ``models``.
     return {name: full[name] for name in schema["properties"]}
+
+
+def array_of(items: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a list whose every element ``items`` describes."""
+    return {"type": "array", "items": items}
 
 
 _TIME = {"type": "string", "format": "date-time"}

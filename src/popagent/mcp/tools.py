@@ -41,6 +41,7 @@ from .shapes import (
     OFFSET_MAX,
     RECALL_RESULT_SCHEMA,
     StructuredSlot,
+    array_of,
     fact_version_json,
     memory_json,
     recall_result_json,
@@ -63,7 +64,9 @@ __all__ = [
     "RestoreFactTool",
     "ToolHints",
     "fact_line",
+    "limit_arg",
     "list_kind",
+    "listing_args",
     "none_listed",
 ]
 
@@ -100,6 +103,42 @@ class McpTool(SpecTool):
     @property
     def hints(self) -> ToolHints:
         return self.HINTS
+
+
+# --- listing ------------------------------------------------------------------------------
+
+
+def limit_arg(noun: str, default: int, maximum: int) -> dict[str, Any]:
+    """The ``limit`` argument of a tool that answers with at most that many ``noun``."""
+    return integer_arg(f"How many {noun} at most (default {default}).", maximum=maximum)
+
+
+def listing_args(noun: str, default: int, maximum: int) -> dict[str, Any]:
+    """The ``text``, ``limit`` and ``offset`` arguments of a tool that lists ``noun``,
+    newest first (what ``list_kind`` reads)."""
+    return {
+        "text": string_arg(
+            f"Only {noun} containing this text (case-insensitive).", max_length=QUERY_CAP
+        ),
+        "limit": limit_arg(noun, default, maximum),
+        "offset": integer_arg(
+            f"How many of the newest {noun} to skip (default 0).", maximum=OFFSET_MAX, minimum=0
+        ),
+    }
+
+
+async def list_kind(
+    ctx: ToolContext, arguments: dict[str, Any], kind: Kind, limit: int
+) -> list[Memory]:
+    """The memories of ``kind`` a listing tool's ``arguments`` select (at most ``limit``
+    when they give none), newest first."""
+    where = filter_from({**arguments, "kind": kind}, limit=limit)
+    return await ctx.memory.list(ctx.resource_id, where)
+
+
+def none_listed(arguments: dict[str, Any], noun: str) -> ToolOutcome:
+    """A listing tool's answer when it found nothing: none matched, or none is stored."""
+    return ToolOutcome.ok(f"No {noun} match." if arguments else f"No {noun} are stored.")
 
 
 # --- remember -----------------------------------------------------------------------------
@@ -149,10 +188,7 @@ RECALL_SPEC = ToolSpec(
                 "What to look for, in natural language, e.g. 'which UI theme does the user prefer'.",
                 max_length=QUERY_CAP,
             ),
-            "limit": integer_arg(
-                f"How many memories at most (default {RECALL_LIMIT_DEFAULT}).",
-                maximum=RECALL_LIMIT_MAX,
-            ),
+            "limit": limit_arg("memories", RECALL_LIMIT_DEFAULT, RECALL_LIMIT_MAX),
         },
         ["query"],
     ),
@@ -169,7 +205,7 @@ class RecallTool(McpTool):
         output_schema=object_schema(
             {
                 "rendered": {"type": "string"},
-                "results": {"type": "array", "items": RECALL_RESULT_SCHEMA},
+                "results": array_of(RECALL_RESULT_SCHEMA),
                 "mode": {
                     "type": "string",
                     "enum": ["lexical", "vector", "fused"],
@@ -182,8 +218,7 @@ class RecallTool(McpTool):
                     "description": "Memories still waiting for their vectors, found "
                     "by their words only until then.",
                 },
-            },
-            ["rendered", "results", "mode", "reason", "pending_vectors"],
+            }
         ),
     )
 
@@ -222,33 +257,11 @@ LIST_FACTS_SPEC = ToolSpec(
     parameters=object_schema(
         {
             "key": string_arg("Only the fact with this key, e.g. 'ui.theme'.", max_length=KEY_CAP),
-            "text": string_arg(
-                "Only facts containing this text (case-insensitive).", max_length=QUERY_CAP
-            ),
-            "limit": integer_arg(
-                f"How many facts at most (default {LIST_LIMIT_DEFAULT}).", maximum=LIST_LIMIT_MAX
-            ),
-            "offset": integer_arg(
-                "How many of the newest facts to skip (default 0).", maximum=OFFSET_MAX, minimum=0
-            ),
+            **listing_args("facts", LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX),
         },
         [],
     ),
 )
-
-
-async def list_kind(
-    ctx: ToolContext, arguments: dict[str, Any], kind: Kind, limit: int
-) -> list[Memory]:
-    """The memories of ``kind`` a listing tool's ``arguments`` select (at most ``limit``
-    when they give none), newest first."""
-    where = filter_from({**arguments, "kind": kind}, limit=limit)
-    return await ctx.memory.list(ctx.resource_id, where)
-
-
-def none_listed(arguments: dict[str, Any], noun: str) -> ToolOutcome:
-    """A listing tool's answer when it found nothing: none matched, or none is stored."""
-    return ToolOutcome.ok(f"No {noun} match." if arguments else f"No {noun} are stored.")
 
 
 def fact_line(m: Memory) -> str:
@@ -264,9 +277,7 @@ class ListFactsTool(McpTool):
     HINTS = ToolHints(
         title="List facts",
         read_only=True,
-        output_schema=object_schema(
-            {"facts": {"type": "array", "items": MEMORY_SCHEMA}}, ["facts"]
-        ),
+        output_schema=object_schema({"facts": array_of(MEMORY_SCHEMA)}),
     )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
@@ -379,9 +390,8 @@ class FactHistoryTool(McpTool):
         output_schema=object_schema(
             {
                 "fact": {"anyOf": [MEMORY_SCHEMA, {"type": "null"}]},
-                "versions": {"type": "array", "items": FACT_VERSION_SCHEMA},
-            },
-            ["fact", "versions"],
+                "versions": array_of(FACT_VERSION_SCHEMA),
+            }
         ),
     )
 
@@ -448,7 +458,7 @@ class RestoreFactTool(McpTool):
         title="Restore a fact's earlier value",
         read_only=False,
         idempotent=True,
-        output_schema=object_schema({"fact": MEMORY_SCHEMA}, ["fact"]),
+        output_schema=object_schema({"fact": MEMORY_SCHEMA}),
     )
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:

@@ -32,7 +32,6 @@ from .manage import (
     EPISODE_CAP_PER_RESOURCE,
     EPISODE_IMPORTANCE,
     EPISODE_MAX_AGE,
-    LIST_LIMIT_CAP,
     EpisodeDraft,
     sha256_hex,
 )
@@ -42,7 +41,6 @@ __all__ = [
     "EPISODE_CAP_PER_RESOURCE",
     "EPISODE_IMPORTANCE",
     "EPISODE_MAX_AGE",
-    "LIST_LIMIT_CAP",
     "EpisodeDraft",
     "LongTermMemory",
     "RecallMode",

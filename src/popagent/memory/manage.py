@@ -40,7 +40,6 @@ from .base import MemoryBase, check_memory_id
 from .purge import purge_resource
 from .semantic import BackfillReport, backfill
 from .validation import (
-    LIST_LIMIT_CAP,
     check_expires_at,
     check_filter,
     check_id,
@@ -56,7 +55,6 @@ __all__ = [
     "EPISODE_CAP_PER_RESOURCE",
     "EPISODE_IMPORTANCE",
     "EPISODE_MAX_AGE",
-    "LIST_LIMIT_CAP",
     "EpisodeDraft",
     "cleanup",
     "create_fact",

@@ -9,6 +9,11 @@ ratios, taken once per turn::
     store = app.settings  # a MemorySettingsStore; app: popagent.connect()'s
     await store.update("popagent-user", observation_threshold_tokens=20_000)
     snapshot = await store.snapshot("popagent-user")   # applies from the next turn
+
+Layout of the engine's steps: ``engine`` (the per-thread facade and pipeline)
+uses ``buffering`` and ``reflection``, which never import ``engine`` or each
+other; every observations text any of them stores goes through ``writes`` (the
+credential screen).
 """
 
 from .engine import ObservationalMemory, ObservedContext

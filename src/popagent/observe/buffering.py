@@ -17,10 +17,6 @@ Invariants:
   an active group's range or raw, never both, never neither.
 - Idle and provider-change triggers (``early_trigger``) are pure: they read the
   settings of one phase and the times given, and change nothing.
-- Every observations text is stored through ``writes`` (credential screen).
-
-Imports point downward: ``engine`` uses this module; this module never imports
-``engine`` or ``reflection``.
 """
 
 from __future__ import annotations

@@ -18,10 +18,6 @@ Invariants:
   observation ones.
 - After an unproductive reflection, the next one waits until the log grew by
   a tenth of the threshold (no reflection on every turn).
-- Every observations text is stored through ``writes`` (credential screen).
-
-Imports point downward: ``engine`` uses this module; this module never imports
-``engine`` or ``buffering``.
 """
 
 from __future__ import annotations

@@ -151,86 +151,69 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 _PROVENANCE = """
     origin text NOT NULL, turn_id bigint, message_ids bigint[], tool_call_id text"""
 
-#: One temporary table per record type: ``lineno`` (the file's line), the checked
-#: values, and the columns the import fills in as it goes (outcome, target ids).
-STAGING: dict[str, str] = {
-    "session": """
-CREATE TEMPORARY TABLE import_session (
-    lineno bigint NOT NULL, session_id text NOT NULL, title text, metadata jsonb NOT NULL,
+
+def _staging(record_type: str, columns: str) -> str:
+    """The temporary table of ``record_type``: ``lineno``, then ``columns``; dropped
+    when the caller's transaction ends (a rollback removes it too)."""
+    return f"""
+CREATE TEMPORARY TABLE import_{record_type} (
+    lineno bigint NOT NULL, {columns}
+) ON COMMIT DROP"""
+
+
+# The staged columns of each record type after ``lineno`` (the file's line): the
+# checked values, and the columns the import fills in as it goes (outcome, target ids).
+_STAGED: dict[str, str] = {
+    "session": """session_id text NOT NULL, title text, metadata jsonb NOT NULL,
     created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
-    outcome text
-) ON COMMIT DROP""",
-    "turn": """
-CREATE TEMPORARY TABLE import_turn (
-    lineno bigint NOT NULL, session_id text NOT NULL, turn_id bigint NOT NULL,
+    outcome text""",
+    "turn": """session_id text NOT NULL, turn_id bigint NOT NULL,
     status text NOT NULL, started_at timestamptz NOT NULL, ended_at timestamptz,
-    new_id bigint
-) ON COMMIT DROP""",
-    "message": """
-CREATE TEMPORARY TABLE import_message (
-    lineno bigint NOT NULL, session_id text NOT NULL, id bigint NOT NULL, turn_id bigint,
+    new_id bigint""",
+    "message": """session_id text NOT NULL, id bigint NOT NULL, turn_id bigint,
     role text NOT NULL, content text NOT NULL, parts jsonb NOT NULL, item jsonb,
     created_at timestamptz NOT NULL,
-    new_id bigint
-) ON COMMIT DROP""",
-    "observation_log": """
-CREATE TEMPORARY TABLE import_observation_log (
-    lineno bigint NOT NULL, session_id text NOT NULL, id bigint NOT NULL,
+    new_id bigint""",
+    "observation_log": """session_id text NOT NULL, id bigint NOT NULL,
     generation integer NOT NULL, origin text NOT NULL, observations text NOT NULL,
     observation_tokens integer NOT NULL, last_observed_message_id bigint,
     covered_group_ids bigint[] NOT NULL, next_reflection_tokens integer NOT NULL,
     created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
-    new_id bigint
-) ON COMMIT DROP""",
-    "observation_group": """
-CREATE TEMPORARY TABLE import_observation_group (
-    lineno bigint NOT NULL, session_id text NOT NULL, id bigint NOT NULL,
+    new_id bigint""",
+    "observation_group": """session_id text NOT NULL, id bigint NOT NULL,
     log_id bigint NOT NULL, kind text NOT NULL, status text NOT NULL,
     first_message_id bigint NOT NULL, last_message_id bigint NOT NULL,
     observations text NOT NULL, observation_tokens integer NOT NULL,
     message_tokens integer NOT NULL, created_at timestamptz NOT NULL,
-    new_id bigint
-) ON COMMIT DROP""",
-    "observation_actor": """
-CREATE TEMPORARY TABLE import_observation_actor (
-    lineno bigint NOT NULL, session_id text NOT NULL, actor text NOT NULL,
-    recorded_at timestamptz NOT NULL
-) ON COMMIT DROP""",
+    new_id bigint""",
+    "observation_actor": """session_id text NOT NULL, actor text NOT NULL,
+    recorded_at timestamptz NOT NULL""",
     # target_id: the target's fact (matched, or added as new_id); versions_to: the
     # fact the record's versions go to (NULL: a matched fact with another history).
-    "fact": f"""
-CREATE TEMPORARY TABLE import_fact (
-    lineno bigint NOT NULL, id bigint NOT NULL, key text, content text NOT NULL,
+    "fact": f"""id bigint NOT NULL, key text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, expires_at timestamptz,
     session_id text, {_PROVENANCE}, version integer NOT NULL,
     created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
-    target_id bigint, target_version integer, same boolean, new_id bigint
-) ON COMMIT DROP""",
+    target_id bigint, target_version integer, same boolean, new_id bigint""",
     # in_file: the record's fact is a fact record of the file; target_id: where the
     # version goes (NULL: skipped).
-    "fact_version": f"""
-CREATE TEMPORARY TABLE import_fact_version (
-    lineno bigint NOT NULL, fact_id bigint NOT NULL, version integer NOT NULL, key text,
+    "fact_version": f"""fact_id bigint NOT NULL, version integer NOT NULL, key text,
     content text NOT NULL, sha text NOT NULL, importance double precision NOT NULL,
     expires_at timestamptz, session_id text, {_PROVENANCE},
     valid_from timestamptz NOT NULL, valid_to timestamptz NOT NULL, ended text NOT NULL,
     ended_origin text NOT NULL, ended_session_id text,
-    in_file boolean NOT NULL DEFAULT false, target_id bigint
-) ON COMMIT DROP""",
-    "episode": f"""
-CREATE TEMPORARY TABLE import_episode (
-    lineno bigint NOT NULL, id bigint NOT NULL, session_id text, content text NOT NULL,
+    in_file boolean NOT NULL DEFAULT false, target_id bigint""",
+    "episode": f"""id bigint NOT NULL, session_id text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, {_PROVENANCE},
-    created_at timestamptz NOT NULL
-) ON COMMIT DROP""",
-    "secret": """
-CREATE TEMPORARY TABLE import_secret (
-    lineno bigint NOT NULL, name text NOT NULL, ciphertext bytea NOT NULL,
+    created_at timestamptz NOT NULL""",
+    "secret": """name text NOT NULL, ciphertext bytea NOT NULL,
     nonce bytea NOT NULL, key_id text NOT NULL, created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL, last_used_at timestamptz, expires_at timestamptz,
-    outcome text
-) ON COMMIT DROP""",
+    outcome text""",
 }
+
+#: One temporary table per record type (``_staging``).
+STAGING: dict[str, str] = {t: _staging(t, columns) for t, columns in _STAGED.items()}
 
 #: Lookups the checks and writes join on, made once the file is staged.
 _INDEXES = (
@@ -568,14 +551,13 @@ FROM import_message m WHERE m.{_IN_ADDED_SESSION} ORDER BY m.new_id
 # The target id of the source message a pointer names, or of its nearest
 # neighbour among the session's messages of the file (the next one for a range's
 # start, the previous one otherwise); NULL when there is none.
-_NEXT_MESSAGE = """coalesce(
-    (SELECT m.new_id FROM import_message m WHERE m.id = {pointer} AND m.new_id IS NOT NULL),
+_NEAREST_MESSAGE = """coalesce(
+    (SELECT m.new_id FROM import_message m WHERE m.id = {{pointer}} AND m.new_id IS NOT NULL),
     (SELECT m.new_id FROM import_message m
-     WHERE m.session_id = {alias}.session_id AND m.id > {pointer} ORDER BY m.id LIMIT 1))"""
-_PREVIOUS_MESSAGE = """coalesce(
-    (SELECT m.new_id FROM import_message m WHERE m.id = {pointer} AND m.new_id IS NOT NULL),
-    (SELECT m.new_id FROM import_message m
-     WHERE m.session_id = {alias}.session_id AND m.id < {pointer} ORDER BY m.id DESC LIMIT 1))"""
+     WHERE m.session_id = {{alias}}.session_id AND m.id {beyond} {{pointer}} ORDER BY m.id{order}
+     LIMIT 1))"""
+_NEXT_MESSAGE = _NEAREST_MESSAGE.format(beyond=">", order="")
+_PREVIOUS_MESSAGE = _NEAREST_MESSAGE.format(beyond="<", order=" DESC")
 
 # A generation with its cursor and covered groups mapped (groups of its own session).
 INSERT_LOGS = f"""
@@ -832,9 +814,7 @@ CREATE TEMPORARY TABLE import_mem0 (
     sha text NOT NULL, created_at timestamptz, updated_at timestamptz
 ) ON COMMIT DROP"""
 
-COPY_MEM0 = (
-    "COPY import_mem0 (position, resource_id, content, sha, created_at, updated_at) FROM STDIN"
-)
+COPY_MEM0 = f"COPY import_mem0 ({', '.join(MEM0_COLUMNS)}) FROM STDIN"
 
 # Each memory a keyless fact (version 1, origin import); keyless facts deduplicate by
 # content hash, so a memory already there (or repeated in the file) is not written.

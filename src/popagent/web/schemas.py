@@ -68,25 +68,28 @@ ExpiresAt = Annotated[
 ]
 
 
-class FactCreate(_Strict):
-    """A new fact. ``content`` is required; a taken ``key`` is a 409 naming the fact that
-    holds it (``PUT /api/facts/by-key/{key}`` replaces its value, PATCH changes it)."""
+class _FactValue(_Strict):
+    """The settable fields of a fact's value, stated once: the create and the put bodies
+    are these (plus the key, for a create), and the routes pass them on by name to the
+    library's keyword arguments of the same names. ``FactUpdate`` has each of them, and
+    the key, as optional (``tests/test_web_api.py`` pins that it names them all)."""
 
     content: Content
-    key: Key | None = None
     importance: Importance = 0.5
     #: When the fact ends: after it, recall never returns it and maintenance removes it.
     expires_at: ExpiresAt = None
 
 
-class FactPut(_Strict):
+class FactPut(_FactValue):
     """The value of the fact of the key in the path: created, or replaced (the replaced
     value is kept as a version). ``expires_at`` left out or ``null``: it never expires."""
 
-    content: Content
-    importance: Importance = 0.5
-    #: When the fact ends: after it, recall never returns it and maintenance removes it.
-    expires_at: ExpiresAt = None
+
+class FactCreate(_FactValue):
+    """A new fact. ``content`` is required; a taken ``key`` is a 409 naming the fact that
+    holds it (``PUT /api/facts/by-key/{key}`` replaces its value, PATCH changes it)."""
+
+    key: Key | None = None
 
 
 class FactUpdate(_Strict):

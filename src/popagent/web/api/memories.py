@@ -166,12 +166,7 @@ async def create_fact(request: Request, body: FactCreate) -> Memory:
     s = services(request)
     try:
         fact = await s.root.memory.create_fact(
-            s.resource_id,
-            body.content,
-            key=body.key,
-            importance=body.importance,
-            expires_at=body.expires_at,
-            provenance=API_WRITE,
+            s.resource_id, **body.model_dump(), provenance=API_WRITE
         )
     except ConflictError as exc:
         raise await _named_conflict(request, body, exc) from None
@@ -224,12 +219,7 @@ async def put_fact(request: Request, key: FactKey, body: FactPut, response: Resp
     held this value. Idempotent: the same request twice leaves one fact."""
     s = services(request)
     result = await s.root.memory.remember(
-        s.resource_id,
-        body.content,
-        key=key,
-        importance=body.importance,
-        expires_at=body.expires_at,
-        provenance=API_WRITE,
+        s.resource_id, key=key, **body.model_dump(), provenance=API_WRITE
     )
     if result.action == "created":
         response.status_code = 201

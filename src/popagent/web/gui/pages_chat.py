@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -32,7 +31,7 @@ from ..schemas import CHAT_MESSAGE_CAP
 from ..services import services
 from .forms import read_form
 from .rendering import page, redirect
-from .routing import HtmlRoute
+from .routing import HtmlRoute, SessionId
 
 __all__ = ["HISTORY_SHOWN", "router"]
 
@@ -40,8 +39,6 @@ router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
 #: The newest messages shown above the chat form.
 HISTORY_SHOWN = 100
-
-SessionId = Annotated[str, Path(min_length=1, max_length=256)]
 
 
 def chat_path(session_id: str) -> str:

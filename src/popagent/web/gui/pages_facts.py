@@ -26,9 +26,8 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -46,7 +45,7 @@ from ..services import Services, services
 from ._expiry import parse_expiry
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
-from .routing import HtmlRoute
+from .routing import HtmlRoute, MemoryId
 
 __all__ = ["FACT_FIELDS", "GUI_WRITE", "FactForm", "check_fact_form", "expiry_text", "router"]
 
@@ -57,8 +56,6 @@ DEFAULT_IMPORTANCE = 0.5
 #: The provenance of every write through the GUI.
 GUI_WRITE = Provenance(origin="gui")
 _VERSION_MAX = 2**31 - 1
-
-MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
 @dataclass(slots=True)

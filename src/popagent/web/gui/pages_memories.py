@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,7 +24,7 @@ from ...memory.validation import KEY_CAP, filter_from, normalize_key
 from ...models import MemoryFilter
 from ..services import services
 from .rendering import page
-from .routing import HtmlRoute
+from .routing import HtmlRoute, MemoryId
 
 __all__ = ["PAGE_SIZE", "Filters", "parse_filters", "router"]
 
@@ -34,8 +34,6 @@ router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 PAGE_SIZE = 25
 _TEXT_CAP = 200
 _OFFSET_CAP = 10_000_000
-
-MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,9 @@ every undone value stays in its fact's history.
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,7 +29,7 @@ from ...threads.service import TITLE_CAP
 from ..services import services
 from .forms import FormRefused, read_form
 from .rendering import page, redirect
-from .routing import HtmlRoute
+from .routing import HtmlRoute, SessionId
 
 __all__ = ["MESSAGES_PER_PAGE", "SESSIONS_PER_PAGE", "router"]
 
@@ -39,8 +38,6 @@ router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 SESSIONS_PER_PAGE = 50
 MESSAGES_PER_PAGE = 50
 _ID_MAX = 2**63 - 1
-
-SessionId = Annotated[str, Path(min_length=1, max_length=256)]
 
 
 def _number(text: str | None, cap: int = _ID_MAX) -> int | None:

@@ -1,4 +1,5 @@
-"""``HtmlRoute``: GUI routes answer errors with HTML pages instead of the API's JSON.
+"""``HtmlRoute``: GUI routes answer errors with HTML pages instead of the API's JSON;
+``SessionId`` and ``MemoryId``: the pages' path parameters, bounded as stored.
 
 The API's error handlers stay as they are for ``/api``; a GUI route catches
 the errors a page can meet and renders ``error.html`` with the same status
@@ -10,19 +11,26 @@ input, 503 database unavailable, also for a raw driver error or pool timeout;
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Path
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...checks import ID_CAP
 from ...errors import ConflictError, NotFoundError, ValidationError
 from ..errors import OUTAGE_ERRORS, log_outage
 from .forms import FormRefused
 from .rendering import error_page
 
-__all__ = ["HtmlRoute"]
+__all__ = ["HtmlRoute", "MemoryId", "SessionId"]
+
+#: A session's id in a page's path; a longer one is a 404, as for no such session.
+SessionId = Annotated[str, Path(min_length=1, max_length=ID_CAP)]
+#: A memory's id in a page's path (PostgreSQL's bigint).
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
