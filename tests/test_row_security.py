@@ -17,13 +17,17 @@ import uuid
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import popagent
+from popagent.cli.workers import _preflight
 from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretStore
-from popagent.store.tenant import bypass, current_tenant, serving
+from popagent.store.tenant import boundary_problem, bypass, current_tenant, serving
 from popagent.threads import ThreadStore
+from popagent.web import ServerConfig, create_app
 
 #: Read before a resource is known (by a key's or a login's hash): no policy, and
 #: never touched while serving a resource (migration 0018).
@@ -239,3 +243,62 @@ async def test_shared_workers_run_as_the_owner(
         )
         counts = {r["resource_id"]: r["n"] for r in await cur.fetchall()}
     assert set(counts) == {resource, other_resource} and min(counts.values()) >= 1
+
+
+async def test_the_boundary_holds_where_the_suite_runs(memory: popagent.LongTermMemory) -> None:
+    """Multi-resource mode's startup check passes on plain PostgreSQL: the role exists
+    and the user may act as it. On a Citus cluster (the suite run there with its tables
+    distributed) it refuses, naming Citus: the policy could not see the resource on
+    the nodes (a request then failed as "database unavailable", every time)."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AS citus"
+        )
+        citus = await cur.fetchone()
+        distributed = False
+        if citus is not None and citus["citus"]:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM pg_catalog.pg_dist_partition"
+                " WHERE logicalrelid = 'popagent_memories'::regclass"
+            )
+            counted = await cur.fetchone()
+            distributed = counted is not None and counted["n"] > 0
+        problem = await boundary_problem(conn)
+    if distributed:
+        assert problem is not None and "distributed by Citus" in problem
+    else:
+        assert problem is None
+
+
+async def test_a_user_that_may_not_act_as_the_tenant_is_refused_before_serving(
+    scratch_root: popagent.Popagent, scratch_url: str
+) -> None:
+    """A database user outside ``popagent_tenant`` could not confine a request to its
+    resource: ``serve --multi-resource`` refuses to start (the workers' preflight,
+    and the app's startup), saying what to grant, instead of failing every request."""
+    name = f"popagent_probe_{uuid.uuid4().hex[:12]}"
+    role = sql.Identifier(name)
+    with psycopg.connect(scratch_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+        # Enough to open a pool on a migrated database, nothing of the tenant role.
+        admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(role))
+        admin.execute(sql.SQL("GRANT SELECT ON popagent_schema_migrations TO {}").format(role))
+    params = conninfo_to_dict(scratch_url)
+    params["user"] = name
+    probe_url = make_conninfo(**params)  # type: ignore[arg-type]
+    try:
+        async with await psycopg.AsyncConnection.connect(probe_url) as conn:
+            problem = await boundary_problem(conn)
+        assert problem is not None and f"GRANT popagent_tenant TO {name}" in problem
+        with pytest.raises(popagent.DatabaseError, match="multi-resource mode cannot start"):
+            await _preflight(probe_url, multi_resource=True)
+        await _preflight(probe_url, multi_resource=False)  # one resource: no boundary needed
+        config = ServerConfig(maintenance_interval_s=None, token="t" * 40, multi_resource=True)
+        app = create_app(config, database_url=probe_url, model_from_env=False, embedder=None)
+        with pytest.raises(popagent.DatabaseError, match=f"GRANT popagent_tenant TO {name}"):
+            async with app.router.lifespan_context(app):
+                pass
+    finally:
+        with psycopg.connect(scratch_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            admin.execute(sql.SQL("DROP ROLE {}").format(role))

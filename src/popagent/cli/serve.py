@@ -186,7 +186,9 @@ def serve_command(
         return
     try:
         say(step + "...")
-        with parent_cluster(settings.database_url, settings.data_dir) as database_url:
+        with parent_cluster(
+            settings.database_url, settings.data_dir, multi_resource=multi_resource
+        ) as database_url:
             worker_environment(config, database_url=database_url, log_level=log_level)
             say(f"database ready; starting {workers} server processes...")
             _when_ready(settings.resource_id, host, port, url, workers)

@@ -47,6 +47,7 @@ from ..errors import SecretKeyError
 from ..secrets import SecretCipher
 from ..store.database import open_pool
 from ..store.embedded import EmbeddedServer
+from ..store.tenant import require_boundary
 from ..web import create_app
 from ..web.config import ServerConfig
 from ..web.logs import logging_config
@@ -127,11 +128,15 @@ def create_worker_app() -> FastAPI:
 
 
 @contextmanager
-def parent_cluster(database_url: str | None, data_dir: str | None) -> Iterator[str]:
+def parent_cluster(
+    database_url: str | None, data_dir: str | None, *, multi_resource: bool = False
+) -> Iterator[str]:
     """The database URL the workers share: ``database_url``, or an embedded server
-    started here, watched (restarted when its postmaster dies) and stopped on exit."""
+    started here, watched (restarted when its postmaster dies) and stopped on exit.
+    With ``multi_resource``, a database that cannot keep resources apart is refused
+    here (``store.tenant.require_boundary``)."""
     if database_url:
-        asyncio.run(_preflight(database_url))
+        asyncio.run(_preflight(database_url, multi_resource))
         yield database_url
         return
     server = EmbeddedServer(data_dir)
@@ -149,7 +154,7 @@ def parent_cluster(database_url: str | None, data_dir: str | None) -> Iterator[s
 
     watcher = threading.Thread(target=watch, name="popagent-postgres-watch", daemon=True)
     try:
-        asyncio.run(_preflight(server.url))
+        asyncio.run(_preflight(server.url, multi_resource))
         watcher.start()
         yield server.url
     finally:
@@ -159,8 +164,10 @@ def parent_cluster(database_url: str | None, data_dir: str | None) -> Iterator[s
         server.stop()
 
 
-async def _preflight(url: str) -> None:
+async def _preflight(url: str, multi_resource: bool) -> None:
     """Reach and migrate the database once before any worker starts, so that a bad
     URL or an unreachable server is one clean error here, not N failing workers."""
-    async with open_pool(url, min_size=1, max_size=1):
-        pass
+    async with open_pool(url, min_size=1, max_size=1) as pool:
+        if multi_resource:
+            async with pool.connection() as conn:
+                await require_boundary(conn)

@@ -35,14 +35,19 @@ from contextvars import ContextVar
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
+
+from ..errors import DatabaseError
 
 __all__ = [
     "ENTER_TENANT",
     "LEAVE_TENANT",
     "TENANT_ROLE",
+    "boundary_problem",
     "bypass",
     "confine",
     "current_tenant",
+    "require_boundary",
     "serving",
 ]
 
@@ -108,3 +113,71 @@ async def confine(conn: psycopg.AsyncConnection[Any], resource_id: str | None) -
         _STATE.pop(conn, None)
         await conn.close()  # its role is unknown: the pool replaces a closed connection
         raise
+
+
+# Whether this connection's user may become the tenant role, and whether the
+# resource tables are distributed by Citus (``to_regclass`` keeps the query valid
+# where Citus is not installed).
+_BOUNDARY = """
+SELECT (SELECT pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')
+          FROM pg_catalog.pg_roles r WHERE r.rolname = %(role)s) AS member,
+       pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AS has_citus,
+       current_user AS "user"
+"""
+
+_DISTRIBUTED = """
+SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid = pg_catalog.to_regclass('popagent_memories')) AS distributed
+"""
+
+
+async def boundary_problem(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """Why this database cannot keep multi-resource mode's boundary, in one sentence
+    that says what to do; ``None`` when it can. The server asks once, at startup,
+    so that it refuses to start rather than answer every request with an error.
+
+    - The role must exist and the connecting user must be a member (migration 0018
+      creates and grants it where it may).
+    - Citus runs a statement on a distributed table through its own connections to
+      the nodes, opened as the current role: ``popagent_tenant`` cannot log in, and
+      the session setting that names the resource does not travel with them, so the
+      policy on each shard could not see the resource. On Citus, serve one resource
+      per server (the default mode) instead.
+    """
+    async with conn.cursor(row_factory=dict_row) as cur:  # whatever the pool's rows are
+        await cur.execute(_BOUNDARY, {"role": TENANT_ROLE})
+        row = await cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        member, user = row["member"], row["user"]
+        distributed = False
+        if row["has_citus"]:
+            await cur.execute(_DISTRIBUTED)
+            found = await cur.fetchone()
+            distributed = found is not None and bool(found["distributed"])
+    if member is None:
+        return (
+            f"the role {TENANT_ROLE} does not exist (migration 0018 could not create it "
+            f"as {user}): a superuser can run CREATE ROLE {TENANT_ROLE} NOLOGIN, then "
+            "popagent migrate again"
+        )
+    if not member:
+        return (
+            f"the database user {user} may not act as the role {TENANT_ROLE}: a superuser "
+            f"can run GRANT {TENANT_ROLE} TO {user}"
+        )
+    if distributed:
+        return (
+            "the tables are distributed by Citus, whose connections to its nodes "
+            "carry neither the tenant role nor the resource setting that row-level "
+            "security needs; on Citus, run one server per resource (without "
+            "--multi-resource)"
+        )
+    return None
+
+
+async def require_boundary(conn: psycopg.AsyncConnection[Any]) -> None:
+    """``DatabaseError`` naming the ``boundary_problem``, if there is one: what
+    ``serve --multi-resource`` runs before it serves anything."""
+    problem = await boundary_problem(conn)
+    if problem is not None:
+        raise DatabaseError(f"multi-resource mode cannot start: {problem}")

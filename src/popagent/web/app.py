@@ -29,6 +29,7 @@ from ..llm.protocol import ChatModel
 from ..offload import stop_processes, use_processes
 from ..root import Popagent
 from ..secrets import SecretCipher
+from ..store.tenant import require_boundary
 from .api import ROUTERS
 from .api.keys import router as keys_router
 from .config import ServerConfig
@@ -94,6 +95,9 @@ def create_app(
                         migrated=database_migrated,
                     )
                 )
+            if config.multi_resource:
+                async with pa.pool.connection() as conn:
+                    await require_boundary(conn)  # refuse here, not on every request
             mem = pa.memory
             if mem.embedder is not None:
                 await mem.warm_up()  # failures are logged once; recall is lexical then
