@@ -69,6 +69,8 @@ CROSS_RESOURCE = {
     ("vectors", "ALL_RESOURCES"),
     # Not a statement over a table: the names of the id sequences an import draws from.
     ("portable_import", "SEQUENCES"),
+    # Not over a table either: whether Citus's catalog lists the memories as distributed.
+    ("tenant", "_DISTRIBUTED"),
 }
 
 # Statements over a list of resources, on purpose: the embedding backfill's batches
