@@ -43,6 +43,7 @@ from typing import Any
 import implicit
 import locomo
 import popagent
+import relevance
 from embedders import CHOICES, embedder_named
 from popagent import LongTermMemory
 from popagent.embed import Embedder
@@ -116,11 +117,15 @@ class Capture:
     covers: dict[int, frozenset[str]]  # LoCoMo: memory id -> dia_ids
     #: LoCoMo: memory id -> the episodes before and after it in its session.
     adjacent: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: The query's cosines to the resource's newest memories (``vector_store.background``).
+    background: list[float] = field(default_factory=list)
+    #: Relevance set: the memories a result may be without counting as unrelated.
+    allowed: frozenset[int] = frozenset()
 
 
 async def capture_one(
     memory: LongTermMemory, resource: str, query: str, now: datetime, pool: int
-) -> tuple[CorpusStats, TimeWindow | None, list[Candidate], list[Candidate]]:
+) -> tuple[CorpusStats, TimeWindow | None, list[Candidate], list[Candidate], list[float]]:
     """The candidates ``recall`` ranks for ``query`` (as ``memory.recall`` fetches them)."""
     embedder = memory.embedder
     async with memory.pool.connection() as conn:
@@ -129,6 +134,7 @@ async def capture_one(
             conn, resource, stats, idfs=candidate_idfs(stats), pool=pool
         )
         vector: list[Candidate] = []
+        background: list[float] = []
         if embedder is not None:
             query_vector = (await embedder.embed([query], kind="query"))[0]
             vector = await vector_store.nearest(
@@ -140,7 +146,10 @@ async def capture_one(
                 lexemes=recall_sql.scored_lexemes(stats),
                 resource_size=stats.documents,
             )
-    return stats, query_window(query, now), lexical, vector
+            background = await vector_store.background(
+                conn, resource, model=embedder.model, query=query_vector
+            )
+    return stats, query_window(query, now), lexical, vector, background
 
 
 async def capture_all(
@@ -166,12 +175,15 @@ async def capture_all(
                 stored += page
             store_adjacent = neighbours(stored)
             for q in store.questions:
-                parts = await capture_one(memory, store.resource, q.text, now, pool)
+                stats, window, lexical, vector, background = await capture_one(
+                    memory, store.resource, q.text, now, pool
+                )
+                parts = (stats, window, lexical, vector)
                 answers = frozenset(by_item[a] for a in q.answers)
                 out.append(
                     Capture(
                         "implicit", store.split, q.part, q.text, now, implicit.LIMIT, *parts,
-                        answers, frozenset(), {}, store_adjacent,
+                        answers, frozenset(), {}, store_adjacent, background,
                     )
                 )  # fmt: skip
         for index, conv in enumerate(conversations):
@@ -185,11 +197,33 @@ async def capture_all(
             adjacent = neighbours(episodes)
             split = "dev" if index < LOCOMO_DEV else "check"
             for lq in conv.questions:
-                parts = await capture_one(memory, conv.resource, lq.text, conv.now, pool)
+                stats, window, lexical, vector, background = await capture_one(
+                    memory, conv.resource, lq.text, conv.now, pool
+                )
+                parts = (stats, window, lexical, vector)
                 out.append(
                     Capture(
                         "locomo", split, locomo.CATEGORIES[lq.category], lq.text, conv.now,
                         max(locomo.KS), *parts, frozenset(), lq.evidence, covers, adjacent,
+                        background,
+                    )
+                )  # fmt: skip
+        users = relevance.load()
+        stored_ids = await relevance.ingest(memory, users, now)
+        for user in users:
+            rid = relevance.resource(user)
+            mine = {item: mid for mid, item in stored_ids[user["user"]].items()}
+            for q in user["questions"]:
+                stats, window, lexical, vector, background = await capture_one(
+                    memory, rid, q["q"], now, pool
+                )
+                parts = (stats, window, lexical, vector)
+                answers = frozenset(mine[a] for a in q["answers"])
+                allowed = answers | frozenset(mine[a] for a in q.get("related", ()))
+                out.append(
+                    Capture(
+                        "relevance", user["split"], q["kind"], q["q"], now, 8, *parts,
+                        answers, frozenset(), {}, {}, background, allowed,
                     )
                 )  # fmt: skip
     return out
@@ -237,6 +271,7 @@ def _fused(weights: RankingWeights) -> Ranker:
                 semantic=True,
                 window=c.window,
                 emphasis=emphasised,
+                background=c.background,
             )
         )
 
@@ -333,7 +368,7 @@ def replay(captures: list[Capture], variants: dict[str, Ranker]) -> str:
     for name, ranker in variants.items():
         values: dict[tuple[str, str, str], list[float]] = {}
         for c in captures:
-            if c.dataset == "implicit" and c.group == "unrelated":
+            if (c.dataset == "implicit" and c.group == "unrelated") or c.dataset == "relevance":
                 continue
             v = judge(c, ranker(c))
             for key in ((c.dataset, c.split, c.group), (c.dataset, c.split, "all")):
@@ -341,17 +376,49 @@ def replay(captures: list[Capture], variants: dict[str, Ranker]) -> str:
             if c.dataset == "locomo":
                 values.setdefault(("locomo", "all", c.group), []).append(v)
                 values.setdefault(("locomo", "all", "all"), []).append(v)
-        cells.append([name, *(f"{statistics.fmean(values[k]):.3f}" for k in keys)])
+        cells.append(
+            [name, *(f"{statistics.fmean(values[k]):.3f}" if k in values else "-" for k in keys)]
+        )
     return implicit.table(head, cells)
 
 
 def unrelated_answered(captures: list[Capture], variants: dict[str, Ranker]) -> str:
     head = ["variant", "unrelated answered (of n)"]
-    group = [c for c in captures if c.group == "unrelated"]
+    group = [c for c in captures if c.dataset == "implicit" and c.group == "unrelated"]
     cells = [
         [name, f"{sum(bool(ranker(c)) for c in group)} of {len(group)}"]
         for name, ranker in variants.items()
     ]
+    return implicit.table(head, cells)
+
+
+def relevance_table(captures: list[Capture], variants: dict[str, Ranker]) -> str:
+    """The relevance set (``bench/relevance.py``) per variant and split: hit@1 of the
+    answerable questions, unrelated results per question, and what the unanswerable
+    questions return."""
+    head = ["variant"]
+    for split in ("dev", "check"):
+        head += [f"{split} hit@1", f"{split} unrel/q", f"{split} unans ret/q"]
+    cells = []
+    for name, ranker in variants.items():
+        row = [name]
+        for split in ("dev", "check"):
+            group = [c for c in captures if c.dataset == "relevance" and c.split == split]
+            if not group:
+                row += ["", "", ""]
+                continue
+            found = {id(c): ranker(c)[: c.limit] for c in group}
+            answerable = [c for c in group if c.answers]
+            unanswerable = [c for c in group if not c.answers]
+            hit = statistics.fmean(
+                bool(found[id(c)]) and found[id(c)][0] in c.answers for c in answerable
+            )
+            unrelated = statistics.fmean(
+                sum(i not in c.allowed for i in found[id(c)]) for c in group
+            )
+            returned = statistics.fmean(len(found[id(c)]) for c in unanswerable)
+            row += [f"{hit:.3f}", f"{unrelated:.2f}", f"{returned:.2f}"]
+        cells.append(row)
     return implicit.table(head, cells)
 
 
@@ -388,12 +455,43 @@ def variants() -> dict[str, Ranker]:
     return out
 
 
+def calibrated_variants() -> dict[str, Ranker]:
+    """``--sweep calibrated``: the calibrated fusion (``memory.evidence``) beside the
+    blend it replaced, and each of its parameters moved (docs/embeddings.md)."""
+    w = DEFAULT_WEIGHTS
+    out: dict[str, Ranker] = {
+        "blend (before)": fused(replace(w, fusion="blend")),
+        "calibrated (default)": fused(w),
+        "no whole store": fused(replace(w, whole_store=False)),
+        "one common word counts fully": fused(replace(w, single_word=1.0, weak_words_z=0.0)),
+        "no rare words": fused(replace(w, rare_word=0.0)),
+        "no gap to the nearest": fused(replace(w, meaning_gap=0.0)),
+    }
+    for share in (0.1, 0.3, 0.5):
+        out[f"meaning share {share}"] = fused(replace(w, meaning_share=share))
+    for z in (1.5, 2.5):
+        out[f"nearest at z {z}"] = fused(replace(w, min_meaning_z=z))
+    for z in (0.8, 1.2):
+        out[f"others at {z} sqrt(2 ln n)"] = fused(replace(w, extreme_z=z))
+    for z in (0.5, 2.0):
+        out[f"one common word at z {z}"] = fused(replace(w, weak_words_z=z))
+    for single in (0.1, 0.6):
+        out[f"one common word counts {single}"] = fused(replace(w, single_word=single))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--embedder", choices=CHOICES, default="local")
     parser.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA, help="locomo10.json")
     parser.add_argument("--conversations", type=int, metavar="N", help="only LoCoMo's first N")
-    parser.add_argument("--sweep", action="store_true", help="re-rank captured candidates")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="all",
+        choices=("all", "calibrated"),
+        help="re-rank captured candidates (calibrated: only the calibrated fusion's grid)",
+    )
     parser.add_argument("--captures", type=Path, metavar="PATH", help="capture file (--sweep)")
     parser.add_argument("--pool", type=int, default=recall_pool(8), help="candidates (--sweep)")
     args = parser.parse_args()
@@ -429,10 +527,12 @@ def main() -> None:
     if args.sweep:
         assert captures is not None
         print(f"Sweep over {len(captures):,} captured questions, embedder {model}\n")
-        chosen = variants()
+        chosen = calibrated_variants() if args.sweep == "calibrated" else variants()
         print(replay(captures, chosen))
         print()
         print(unrelated_answered(captures, chosen))
+        print()
+        print(relevance_table(captures, chosen))
     else:
         print(f"Recall quality, embedder {model}: top-8 hit rate (implicit), R@8 (LoCoMo)\n")
         print(combined_table(implicit_out, locomo_out))

@@ -23,6 +23,8 @@ from popagent.models import Candidate, CorpusStats
 from .factories import NOW, make_memory
 
 STATS = CorpusStats(documents=100, average_length=10.0, document_frequency={"wed": 3})
+#: The fusion before calibrated fusion became the default: these tests pin its rules.
+BLEND = replace(DEFAULT_WEIGHTS, fusion="blend")
 
 
 def cand(
@@ -46,7 +48,9 @@ def test_blend_finds_a_paraphrase_without_shared_words() -> None:
     paraphrase = cand(1, {}, 0.62)
     unrelated = cand(2, {}, 0.05)
     lexical = cand(3, {"wed": 1}, 0.30)
-    results = rank([paraphrase, unrelated, lexical], STATS, now=NOW, limit=10, semantic=True)
+    results = rank(
+        [paraphrase, unrelated, lexical], STATS, now=NOW, limit=10, weights=BLEND, semantic=True
+    )
     # The unrelated one is below min_similarity: no evidence, not listed.
     assert sorted(r.memory.id for r in results) == [1, 3]
     lexical_only = rank([paraphrase, lexical], STATS, now=NOW, limit=10)
@@ -71,7 +75,7 @@ def test_every_signal_is_explained_and_sums_to_the_score(fusion: str) -> None:
 def test_vector_signal_is_rescaled_over_the_candidates() -> None:
     """E5-like cosines (all 0.8 to 0.9) still span the whole signal."""
     cands = [cand(1, {}, 0.80), cand(2, {}, 0.85), cand(3, {}, 0.90)]
-    results = rank(cands, STATS, now=NOW, limit=3, semantic=True)
+    results = rank(cands, STATS, now=NOW, limit=3, weights=BLEND, semantic=True)
     vector = {
         r.memory.id: next(c.value for c in r.components if c.name == "vector") for r in results
     }
@@ -89,6 +93,7 @@ def test_a_memory_without_a_vector_scores_zero_on_the_vector_signal() -> None:
         STATS,
         now=NOW,
         limit=2,
+        weights=BLEND,
         semantic=True,
     )
     vector = {
@@ -118,6 +123,7 @@ def test_duplicate_candidates_merge_keeping_the_best_similarity() -> None:
         STATS,
         now=NOW,
         limit=5,
+        weights=BLEND,
         semantic=True,
     )
     assert [r.memory.id for r in results] == [1, 2]
@@ -141,7 +147,7 @@ def test_weights_validate_fusion_and_share() -> None:
         RankingWeights(fusion="max")
     with pytest.raises(ValueError, match="semantic_share"):
         RankingWeights(semantic_share=1.5)
-    assert DEFAULT_WEIGHTS.fusion == "blend"
+    assert DEFAULT_WEIGHTS.fusion == "calibrated"
 
 
 def test_time_signal_prefers_the_named_period() -> None:
@@ -230,7 +236,7 @@ def test_normalize_rows_gives_unit_rows_and_keeps_zero_rows() -> None:
 
 def test_recency_is_unchanged_by_semantic_mode() -> None:
     old = cand(1, {"wed": 1}, 0.5, updated_at=NOW - timedelta(days=90))
-    results = rank([old], STATS, now=NOW, limit=1, semantic=True)
+    results = rank([old], STATS, now=NOW, limit=1, weights=BLEND, semantic=True)
     recency = next(c for c in results[0].components if c.name == "recency")
     assert recency.value == pytest.approx(0.5)
     assert replace(DEFAULT_WEIGHTS).recency == recency.weight
@@ -242,24 +248,31 @@ def test_the_nearest_memory_below_the_floor_comes_back() -> None:
     cat = cand(1, {}, 0.17)
     near = cand(2, {}, 0.13)
     far = cand(3, {}, 0.05)
-    results = rank([far, near, cat], STATS, now=NOW, limit=8, semantic=True)
+    results = rank([far, near, cat], STATS, now=NOW, limit=8, weights=BLEND, semantic=True)
     assert [r.memory.id for r in results] == [1, 2]
     # Without the near-best rule only the floor admits: nothing comes back.
-    floor_only = RankingWeights(min_nearest_similarity=1.0)
+    floor_only = replace(BLEND, min_nearest_similarity=1.0)
     assert rank([far, near, cat], STATS, now=NOW, limit=8, weights=floor_only, semantic=True) == []
 
 
 def test_the_near_best_rule_never_goes_below_its_own_floor_or_widens_above() -> None:
     weak = [cand(1, {}, 0.08), cand(2, {}, 0.06), cand(3, {}, 0.02)]
     # With a least cosine for the rule, a best below it is too weak to count: nothing is.
-    at_least = RankingWeights(min_nearest_similarity=0.1)
+    at_least = replace(BLEND, min_nearest_similarity=0.1)
     assert rank(weak, STATS, now=NOW, limit=8, weights=at_least, semantic=True) == []
     # By default there is none (chosen on the implicit questions: a store of a few
     # memories answers with its nearest), but the margin still holds: 0.02 is too far.
-    results = rank(weak, STATS, now=NOW, limit=8, semantic=True)
+    results = rank(weak, STATS, now=NOW, limit=8, weights=BLEND, semantic=True)
     assert [r.memory.id for r in results] == [1, 2]
     # The best is above min_similarity: the floor stays min_similarity.
-    results = rank([cand(1, {}, 0.30), cand(2, {}, 0.18)], STATS, now=NOW, limit=8, semantic=True)
+    results = rank(
+        [cand(1, {}, 0.30), cand(2, {}, 0.18)],
+        STATS,
+        now=NOW,
+        limit=8,
+        weights=BLEND,
+        semantic=True,
+    )
     assert [r.memory.id for r in results] == [1]
     # The same holds for reciprocal-rank fusion, which ranks the same evidence.
     rrf = RankingWeights(fusion="rrf")
@@ -288,6 +301,7 @@ def test_the_next_turn_follows_its_hit_within_the_limit() -> None:
         STATS,
         now=NOW,
         limit=3,
+        weights=BLEND,
         semantic=True,
     )
     assert [r.memory.id for r in results] == [1, 2, 3]
@@ -317,9 +331,9 @@ def test_names_and_quoted_phrases_are_emphasised() -> None:
         documents=100, average_length=10.0, document_frequency={"ann": 5, "trip": 5}
     )
     pair = [cand(1, {"trip": 1}, 0.3), cand(2, {"ann": 1}, 0.3)]
-    plain = rank(pair, stats, now=NOW, limit=2, semantic=True)
+    plain = rank(pair, stats, now=NOW, limit=2, weights=BLEND, semantic=True)
     assert plain[0].score == pytest.approx(plain[1].score)
-    boosted = rank(pair, stats, now=NOW, limit=2, semantic=True, emphasis={"ann"})
+    boosted = rank(pair, stats, now=NOW, limit=2, weights=BLEND, semantic=True, emphasis={"ann"})
     assert [r.memory.id for r in boosted] == [2, 1] and boosted[0].score > boosted[1].score
 
 
@@ -341,3 +355,70 @@ def test_a_resource_that_fits_in_the_answer_comes_back_whole(fusion: str) -> Non
     assert rank(facts, small, now=NOW, limit=8, weights=weights) == []
     # The limit is the measure: five memories against a limit of 3 keep the floor.
     assert [r.memory.id for r in rank(facts, small, now=NOW, limit=3, semantic=True)] == [0]
+
+
+# --- calibrated fusion (the default: ``memory.evidence``) -------------------------------
+
+#: The query's cosines to a resource's newest memories: median 0.055, spread 0.03.
+BACKGROUND = [0.02, 0.05, 0.06, 0.08, 0.1, 0.04, 0.07, 0.03, 0.05, 0.06]
+LIVING = CorpusStats(documents=40, average_length=8.0, document_frequency={"live": 1})
+
+
+def test_calibrated_admits_nothing_on_importance_and_recency() -> None:
+    """A fact as important and as new as can be, clearly above the background but far
+    below the nearest memory, is not evidence: it is not returned. The same memory
+    holding a name of the question is."""
+    answer = cand(1, {}, 0.40)
+    loud = cand(2, {}, 0.22, kind="fact", importance=1.0, updated_at=NOW)
+    results = rank([answer, loud], LIVING, now=NOW, limit=8, semantic=True, background=BACKGROUND)
+    assert [(r.memory.id, r.evidence) for r in results] == [(1, "meaning")]
+    named = cand(2, {"live": 1}, 0.22, kind="fact", importance=1.0, updated_at=NOW)
+    results = rank(
+        [answer, named],
+        LIVING,
+        now=NOW,
+        limit=8,
+        semantic=True,
+        background=BACKGROUND,
+        emphasis={"live"},
+    )
+    assert {r.memory.id: r.evidence for r in results} == {1: "meaning", 2: "words"}
+    # The blend admitted it by its nearness alone, and put it first by its importance.
+    blend = rank([answer, loud], LIVING, now=NOW, limit=8, weights=BLEND, semantic=True)
+    assert [r.memory.id for r in blend] == [2, 1]
+
+
+def test_calibrated_a_common_word_loses_to_meaning_and_a_rare_word_wins() -> None:
+    job = cand(1, {}, 0.36, kind="fact")  # "I work as a backend engineer"
+    sister = cand(2, {"live": 1}, 0.10, kind="fact")  # "My sister Ana lives in Toronto"
+    results = rank([sister, job], LIVING, now=NOW, limit=8, semantic=True, background=BACKGROUND)
+    assert next(r.memory.id for r in results) == 1
+    # Alone, one common word is no evidence (its meaning is near the background).
+    assert 2 not in {r.memory.id for r in results}
+    # A rare word of the question (a name) is: it admits and leads.
+    ana = CorpusStats(documents=40, average_length=8.0, document_frequency={"ana": 1})
+    sister = cand(2, {"ana": 1}, 0.30, kind="fact")
+    other = cand(3, {}, 0.33, kind="fact")
+    results = rank(
+        [other, sister], ana, now=NOW, limit=8, semantic=True, background=BACKGROUND,
+        emphasis={"ana"},
+    )  # fmt: skip
+    assert next(r.memory.id for r in results) == 2
+    for r in results:
+        names = [c.name for c in r.components]
+        assert names[:7] == ["relevance", "words", "meaning", "text", "trigram",
+                             "similarity", "background"]  # fmt: skip
+        assert math.isclose(r.score, sum(c.value * c.weight for c in r.components))
+
+
+def test_the_background_is_robust_and_never_flat() -> None:
+    from popagent.memory.evidence import Background
+
+    bg = Background.of(BACKGROUND, 0.03)
+    assert bg is not None and bg.median == pytest.approx(0.055) and bg.spread == 0.03
+    # One related memory among the sample moves the median and spread little.
+    with_hit = Background.of([*BACKGROUND, 0.6], 0.01)
+    assert with_hit is not None and with_hit.median == pytest.approx(0.06)
+    assert with_hit.spread < 0.04
+    assert Background.of([], 0.03) is None
+    assert Background.of([0.2, 0.2, 0.2], 0.03) == Background(0.2, 0.03, 3)

@@ -329,7 +329,10 @@ async def test_fused_recall_keeps_fact_priority_and_explains_each_signal(
     names = {c.name for c in results[0].components}
     assert names == {"text", "trigram", "importance", "recency", "fact"}  # lexical
     fused = await semantic.recall(resource, "sister wedding")
-    assert {"vector", "similarity"} <= {c.name for c in fused[0].components}
+    explained = {c.name for c in fused[0].components}
+    assert {"relevance", "words", "meaning", "similarity", "background"} <= explained
+    # Two memories fit in the answer: the whole store comes back, and says so.
+    assert fused[0].evidence == "whole store"
 
 
 async def test_modes_need_an_embedder(memory: LongTermMemory, resource: str) -> None:

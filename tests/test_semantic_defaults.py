@@ -58,7 +58,8 @@ async def test_the_library_default(database_url: str, resource: str) -> None:
         for question, needed in ASKED.items():
             results = await memory.recall(resource, question)
             assert results and results[0].memory.content == needed, question
-            assert {c.name for c in results[0].components} >= {"vector", "similarity"}
+            assert {c.name for c in results[0].components} >= {"meaning", "similarity"}
+            assert results[0].evidence in {"meaning", "whole store"}
         # The issue's own example: the model puts the allergy far from a Thai dinner
         # (cosine 0.035), but five memories fit in the answer, so all come back.
         thai = await memory.recall(resource, "Recommend some Thai dishes I could order tonight")

@@ -314,11 +314,17 @@ class RecallResult:
     memory: Memory
     score: float
     components: tuple[ScoreComponent, ...]
+    #: What admitted the memory: ``words`` (a word of the question), ``look-alike
+    #: words``, ``meaning`` (a similarity well above the resource's background),
+    #: ``whole store``, ``next turn`` (the reply after a result); "" where the
+    #: ranking does not say (lexical recall: always words).
+    evidence: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
             "memory": self.memory.to_json(),
             "score": self.score,
+            "evidence": self.evidence,
             "components": {
                 c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
                 for c in self.components
@@ -346,7 +352,12 @@ class RecallResult:
         def to_json(value: RecallResult) -> Any:
             # ``wire`` (the return schema) then serializes the memory.
             components = RecallResult.to_json(value)["components"]
-            return {"memory": value.memory, "score": value.score, "components": components}
+            return {
+                "memory": value.memory,
+                "score": value.score,
+                "evidence": value.evidence,
+                "components": components,
+            }
 
         number = cs.typed_dict_field(cs.float_schema())
         component = cs.typed_dict_schema(
@@ -356,6 +367,7 @@ class RecallResult:
             {
                 "memory": cs.typed_dict_field(handler.generate_schema(Memory)),
                 "score": cs.typed_dict_field(cs.float_schema()),
+                "evidence": cs.typed_dict_field(cs.str_schema(), required=False),
                 "components": cs.typed_dict_field(cs.dict_schema(cs.str_schema(), component)),
             },
             ref="RecallResult",

@@ -167,7 +167,8 @@ def recall(
         click.echo(f"mode: {report.reason}")
         for rank, res in enumerate(results, 1):
             parts = "  ".join(f"{c.name}={c.value:.3f}*{c.weight:g}" for c in res.components)
-            click.echo(f"#{rank} score={res.score:.3f}  {parts}")
+            why = f"  admitted by {res.evidence}" if res.evidence else ""
+            click.echo(f"#{rank} score={res.score:.3f}{why}  {parts}")
             click.echo(f"   {memory_line(res.memory)}")
             click.echo(f"   {provenance_line(res.memory)}")
         click.echo()

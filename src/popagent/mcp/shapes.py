@@ -116,6 +116,11 @@ RECALL_RESULT_SCHEMA = object_schema(
     {
         "memory": MEMORY_SCHEMA,
         "score": {"type": "number"},
+        "evidence": {
+            "type": "string",
+            "description": "What admitted the memory: words, look-alike words, meaning, "
+            "whole store or next turn ('' in lexical recall: words).",
+        },
         "components": {
             "type": "object",
             "description": "Each ranking signal: its value in [0, 1], its weight, their product.",

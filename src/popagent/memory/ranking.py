@@ -33,38 +33,36 @@ A candidate must carry some lexical evidence (``text > 0`` or ``trigram``
 above ``min_trigram``); importance and recency only order relevant memories,
 they never make an unrelated one relevant.
 
-Semantic recall (``semantic=True``, when recall embeds the query) adds
+Semantic recall (``semantic=True``, when recall embeds the query) judges each
+candidate's cosine similarity to the question (its best-matching chunk) and
+fuses the evidence in one of three ways (``fusion``):
 
-``vector``
-    The cosine similarity of the memory's best-matching chunk to the query,
-    rescaled over this recall's candidates so that the nearest scores 1 and
-    the farthest 0: models differ widely in their cosine ranges (MiniLM's
-    related texts score 0.3 to 0.7, E5's 0.75 to 0.9), and a raw cosine would
-    let recency outweigh E5's whole spread. A memory without a vector of the
-    query's model scores 0. The raw cosine is listed as ``similarity`` (weight
-    0); at least ``min_similarity`` of it counts as evidence on its own. So
-    does a cosine within ``similarity_margin`` of the recall's best one and at
-    least ``min_nearest_similarity``: the memories nearest the question can
-    come back though they share no word with it and fall below the floor,
-    which matters most in a store of a few memories, where an implicit
-    question ("what should I avoid eating?") would otherwise get nothing.
-    And a resource of at most ``limit`` memories has no floor at all: its top
-    ``limit`` is the whole of it, so every memory with a vector counts, ranked
-    (five facts answer "recommend some Thai dishes" with the nut allergy, which
-    the bundled model puts at a cosine of 0.035 from the question). (Chosen on the implicit questions' dev split,
-    ``bench/quality.py --sweep``; docs/embeddings.md has the numbers.)
-
-and fuses the relevance signals in one of two ways (``fusion``):
-
-``blend`` (default)
-    ``text`` and ``trigram`` keep ``1 - semantic_share`` of their weights and
-    ``vector`` gets ``semantic_share`` of their sum; a weighted sum as before.
+``calibrated`` (default: ``popagent.memory.evidence``)
+    A candidate is admitted only with evidence: two or more of the question's
+    words, a name, a quoted or a rare word of it, or a cosine clearly above what
+    unrelated text of the resource scores for this question (measured per
+    recall on the resource's newest memories: ``store.vectors.background``);
+    importance, recency, the fact bonus and the time signal only order the
+    admitted. Its ``relevance`` mixes ``words`` (the lexical signals, one
+    common word counting little) and ``meaning`` (the cosine between the
+    least and the best of the candidates), and each result names what
+    admitted it (``RecallResult.evidence``). Chosen on LoCoMo, the implicit
+    questions and the relevance set together (``bench/quality.py --sweep
+    calibrated``; docs/embeddings.md has the numbers).
+``blend`` (the default before; kept for comparison)
+    ``vector`` is the cosine rescaled over the candidates (nearest 1, farthest
+    0), ``text`` and ``trigram`` keep ``1 - semantic_share`` of their weights
+    and ``vector`` gets ``semantic_share`` of their sum. A cosine of at least
+    ``min_similarity`` is evidence, as is one within ``similarity_margin`` of
+    the recall's best and at least ``min_nearest_similarity``; a resource of at
+    most ``limit`` memories has no floor.
 ``rrf``
     Reciprocal-rank fusion: the lexical ranking (by ``text`` and ``trigram``
     as weighted) and the vector ranking each give ``1 / (rrf_k + rank)``; the
     sum, divided by its best possible value, is the ``fused`` signal with the
-    relevance weight (``text + trigram``). The three relevance signals are
-    still listed, with weight 0, so the explanation shows each.
+    relevance weight (``text + trigram``), with ``blend``'s evidence rule.
+
+The raw cosine is listed as ``similarity`` (weight 0) in every mode.
 
 In semantic recall the ``text`` signal also weighs a name or a quoted phrase
 of the question more (``emphasis``, ``emphasised_lexemes``), and recall returns
@@ -88,6 +86,7 @@ from datetime import datetime
 from operator import mul
 
 from ..models import Candidate, CorpusStats, Memory, RecallResult, ScoreComponent
+from .evidence import Evidence
 from .temporal import HALF_LIVES_CAP, TimeWindow, time_score
 
 __all__ = [
@@ -108,7 +107,7 @@ __all__ = [
 ]
 
 
-FUSIONS = ("blend", "rrf")
+FUSIONS = ("calibrated", "blend", "rrf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +129,33 @@ class RankingWeights:
     bm25_b: float = 0.75
     #: A trigram score above this counts as lexical evidence on its own.
     min_trigram: float = 0.0
-    #: Semantic recall: how the vector signal joins the lexical ones (``blend`` or ``rrf``).
-    fusion: str = "blend"
+    #: Semantic recall: how the evidence by meaning joins the evidence by words
+    #: (``calibrated``, ``blend`` or ``rrf``: see the module docstring).
+    fusion: str = "calibrated"
     #: ``blend``: the share of the relevance weight (text + trigram) given to ``vector``.
     #: Chosen on three LoCoMo conversations, checked on the other seven (docs/embeddings.md).
     semantic_share: float = 0.2
+    #: ``calibrated`` (``memory.evidence``): the share of the relevance weight given to
+    #: ``meaning``; ``words`` gets the rest.
+    meaning_share: float = 0.2
+    #: ``calibrated``: the nearest memory is evidence at this many background spreads
+    #: above the resource's background ...
+    min_meaning_z: float = 2.0
+    #: ... any other at ``extreme_z * sqrt(2 ln n)`` spreads (what the largest of n
+    #: unrelated cosines reaches), and within ``meaning_gap`` spreads of the nearest.
+    extreme_z: float = 1.0
+    meaning_gap: float = 2.5
+    #: ``calibrated``: the least background spread, in cosine.
+    min_spread: float = 0.03
+    #: ``calibrated``: one common word of the question (not a name, a quoted word or a
+    #: word rare in the resource) admits a memory only this many spreads above the
+    #: background, and counts ``single_word`` of its ``words``.
+    weak_words_z: float = 2.0
+    single_word: float = 0.3
+    #: ``calibrated``: a word in at most this share of the resource's memories is rare.
+    rare_word: float = 0.02
+    #: ``calibrated``: a resource of at most ``limit`` memories comes back whole.
+    whole_store: bool = True
     #: ``rrf``: the rank offset; larger flattens the difference between top ranks (the
     #: literature's 60 let weak ranks count too much on the same three conversations).
     rrf_k: float = 5.0
@@ -166,6 +187,8 @@ class RankingWeights:
             raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}")
         if self.semantic_share > 1:
             raise ValueError("semantic_share must be in [0, 1]")
+        if self.meaning_share > 1:
+            raise ValueError("meaning_share must be in [0, 1]")
         if type(self.next_turns) is not int:
             raise ValueError("next_turns must be an integer >= 0")
 
@@ -417,22 +440,31 @@ def rank(
     semantic: bool = False,
     window: TimeWindow | None = None,
     emphasis: Collection[str] = (),
+    background: Sequence[float] = (),
 ) -> list[RecallResult]:
     """Score, filter and order candidates; return at most ``limit`` explained results.
 
     ``semantic``: the candidates carry query similarities (see the module
-    docstring); ``window``: the period the query names. A candidate listed
-    twice (proposed by two indexes) counts once, with its best similarity.
-    Ties break towards facts, then the more recently updated, then the higher
-    id, so the order is total and repeatable.
+    docstring); ``window``: the period the query names; ``background``: the
+    query's cosines to a sample of the resource's memories
+    (``store.vectors.background``), from which ``calibrated`` fusion judges the
+    candidates' (the candidates' own when empty). A candidate listed twice
+    (proposed by two indexes) counts once, with its best similarity. Ties break
+    towards facts, then the more recently updated, then the higher id, so the
+    order is total and repeatable.
     """
     candidates = _merge(candidates)
     context = ScoringContext(stats, weights, now, window, emphasis)
     # The evidence rule is over the two relevance signals: text, then trigram.
     text_of, trigram_of = [signal.scorer(context) for signal in _RELEVANCE]
     assert text_of is not None and trigram_of is not None  # they apply to every recall
+    calibrated = semantic and weights.fusion == "calibrated"
+    judge = (
+        Evidence.of(candidates, stats, weights, limit, background, emphasis) if calibrated else None
+    )
     relevant: list[Candidate] = []
     relevance: list[tuple[float, ...]] = []
+    evidence: list[str] = []
     min_trigram = weights.min_trigram
     min_similarity = _similarity_floor(candidates, weights) if semantic else 0.0
     if semantic and stats.documents <= limit:
@@ -441,13 +473,25 @@ def rank(
         min_similarity = -1.0  # the least cosine there is
     for cand in candidates:
         text, trigram = text_of(cand), trigram_of(cand)
-        if not (text > 0.0 or trigram > min_trigram) and (
+        if judge is not None:
+            why = judge.admits(cand, text, trigram)
+            if not why:
+                continue
+        elif not (text > 0.0 or trigram > min_trigram) and (
             not semantic or cand.similarity is None or cand.similarity < min_similarity
         ):
             continue
+        else:
+            why = ""
         relevant.append(cand)
         relevance.append((text, trigram))
-    names, signal_weights, rows = _relevance(relevant, relevance, weights, semantic, min_similarity)
+        evidence.append(why)
+    if judge is not None:
+        names, signal_weights, rows = judge.relevance(relevant, relevance)
+    else:
+        names, signal_weights, rows = _relevance(
+            relevant, relevance, weights, semantic, min_similarity
+        )
     # The other signals that apply, computed a column at a time (the loop stays in C).
     others = [
         (signal.name, scorer)
@@ -459,19 +503,22 @@ def rank(
     columns = [list(map(scorer, relevant)) for _name, scorer in others]
     if columns:
         rows = [row + more for row, more in zip(rows, zip(*columns, strict=True), strict=True)]
-    scored: list[tuple[float, bool, datetime, int, tuple[float, ...], Candidate]] = []
-    for cand, values in zip(relevant, rows, strict=True):
+    scored: list[tuple[float, bool, datetime, int, tuple[float, ...], str, Candidate]] = []
+    for cand, values, why in zip(relevant, rows, evidence, strict=True):
         memory = cand.memory
         score = sum(map(mul, values, signal_weights))
-        scored.append((score, memory.kind == "fact", memory.updated_at, memory.id, values, cand))
+        scored.append(
+            (score, memory.kind == "fact", memory.updated_at, memory.id, values, why, cand)
+        )
     scored.sort(key=lambda s: (s[0], s[1], s[2], s[3]), reverse=True)
     return [
         RecallResult(
             memory=cand.memory,
             score=score,
             components=tuple(map(ScoreComponent, names, values, signal_weights)),
+            evidence=why,
         )
-        for score, _fact, _updated, _id, values, cand in scored[:limit]
+        for score, _fact, _updated, _id, values, why, cand in scored[:limit]
     ]
 
 
@@ -607,6 +654,13 @@ def with_next_turns(
         after = following.get(result.memory.id) if position < top else None
         if after is not None and after.id not in seen:
             component = ScoreComponent("next_turn", 1.0, 0.0)
-            out.append(RecallResult(memory=after, score=result.score, components=(component,)))
+            out.append(
+                RecallResult(
+                    memory=after,
+                    score=result.score,
+                    components=(component,),
+                    evidence="next turn",
+                )
+            )
             seen.add(after.id)
     return out[:limit]

@@ -206,8 +206,13 @@ async def _recall(
                     resource_size=stats.documents,
                 )
                 weights = self.weights
+                background: list[float] = []
                 if mode == "vector":
                     weights = replace(weights, fusion="blend", semantic_share=1.0)
+                elif weights.fusion == "calibrated":
+                    background = await vector_store.background(
+                        conn, resource_id, model=embedder.model, query=query_vector
+                    )
                 results = rank(
                     found,
                     stats,
@@ -219,6 +224,7 @@ async def _recall(
                     emphasis=emphasised_lexemes(query, stats.document_frequency)
                     if weights.emphasis > 0
                     else (),
+                    background=background,
                 )
                 top = min(weights.next_turns, len(results))
                 episodes = [

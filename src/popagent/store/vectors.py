@@ -35,6 +35,7 @@ from .memories import MEMORY_COLUMNS, MEMORY_WIDTH, tuple_to_memory
 from .recall import term_frequencies
 
 __all__ = [
+    "BACKGROUND_SAMPLE",
     "DELETE_MEMORY_VECTORS",
     "EXACT_SEARCH_MAX",
     "HNSW_DIMENSIONS",
@@ -42,6 +43,7 @@ __all__ = [
     "INSERT_VECTORS",
     "INSERT_VECTORS_BY_HASH",
     "VectorRow",
+    "background",
     "count_missing",
     "delete_other_models",
     "embedded_hashes",
@@ -383,6 +385,40 @@ async def nearest(
     async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(_exact_statement(limit, citus), params)
         return _ordered(await cur.fetchall())
+
+
+#: How many of the resource's newest memories ``background`` compares with a query.
+BACKGROUND_SAMPLE = 64
+
+# The newest memories' first chunks, through the primary key (resource_id, memory_id,
+# model, chunk) read backwards: a bounded scan whatever the resource's size. Which
+# memories come back has nothing to do with the query, so for a specific question
+# most of them are unrelated to it: their cosines say what "unrelated" scores here.
+BACKGROUND = """
+SELECT 1 - (e.embedding <=> %(query)s::vector)
+FROM popagent_memory_embeddings e
+WHERE e.resource_id = %(resource_id)s AND e.model = %(model)s AND e.chunk = 0
+ORDER BY e.memory_id DESC
+LIMIT %(sample)s
+"""
+
+
+async def background(
+    conn: Conn, resource_id: str, *, model: str, query: Vectors, sample: int = BACKGROUND_SAMPLE
+) -> list[float]:
+    """The cosine similarity of ``query`` to each of the resource's newest ``sample``
+    memories (their first chunk's ``model`` vector): the resource's own background,
+    against which semantic recall judges whether a similarity is evidence
+    (``memory.ranking.Background``)."""
+    params = {
+        "resource_id": resource_id,
+        "model": model,
+        "query": vector_literal(query),
+        "sample": sample,
+    }
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(BACKGROUND, params)
+        return [float(row[0]) for row in await cur.fetchall()]
 
 
 def _ordered(rows: list[tuple[Any, ...]]) -> list[Candidate]:

@@ -36,6 +36,7 @@ def recall_json(query: str, report: RecallReport) -> bytes:
                     # pydantic_core writes a dataclass by its fields: ``Memory``'s JSON.
                     "memory": r.memory,
                     "score": r.score,
+                    "evidence": r.evidence,
                     "components": {
                         c.name: {
                             "value": c.value,
