@@ -137,6 +137,10 @@ async def test_api_reference_is_browsable_without_a_cdn(gui: httpx.AsyncClient) 
         assert f'id="schema-{name}"' in html
     # Types link to their schemas; a body names its schema.
     assert 'Body: <a href="#schema-FactCreate">FactCreate</a>' in html
+    # Docstrings read as text with their code marked, never as markup or an int64 bound.
+    assert "recall for <code>query</code>, each with its score components" in html
+    assert "``" not in html and "9,223,372,036,854,775,807" not in html
+    assert "<td>integer (int64), ≥ 1</td>" in html
     # Nothing from elsewhere: every src and href is local or an anchor.
     for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert ref.startswith(("/", "#")) and not ref.startswith("//"), ref

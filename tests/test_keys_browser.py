@@ -24,6 +24,7 @@ from playwright.async_api import Browser, Page, expect
 import popagent
 from popagent.keys import KeyStore, looks_like_key
 from popagent.models import MemoryFilter
+from tests.gui_support import assert_fits
 from tests.test_gui_browser import (  # noqa: F401 (fixtures, used by name)
     browser,
     chromium,
@@ -31,7 +32,6 @@ from tests.test_gui_browser import (  # noqa: F401 (fixtures, used by name)
     screenshot,
     screenshots,
 )
-from tests.gui_support import assert_fits
 from tests.test_keys_gui import bearer, multi_server
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from fastapi import FastAPI
 from markupsafe import Markup, escape
 
-__all__ = ["INT64_MAX", "install", "marked", "markdown_text", "tidy"]
+__all__ = ["INT64_MAX", "install", "markdown_text", "marked", "tidy"]
 
 #: PostgreSQL's ``bigint`` (an id's) upper bound, which a JSON schema says as ``int64``.
 INT64_MAX = 2**63 - 1

@@ -138,7 +138,7 @@ def operations(document: dict[str, Any]) -> dict[str, list[Operation]]:
 
 
 def _schemas(document: dict[str, Any]) -> list[tuple[str, str, list[Field]]]:
-    shown = []
+    shown: list[tuple[str, str, list[Field]]] = []
     for name, schema in sorted(document.get("components", {}).get("schemas", {}).items()):
         required = set(schema.get("required", []))
         fields = [
