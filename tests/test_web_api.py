@@ -149,6 +149,24 @@ async def test_bad_json_and_oversized_bodies(
     assert await count_rows(memory, resource) == 0
 
 
+async def test_a_body_that_is_not_a_json_object_says_to_send_json(
+    api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    form = await api.post("/api/facts", data={"content": "Prefers tea"})
+    assert form.status_code == 422, form.text
+    assert form.json() == {
+        "error": "validation_error",
+        "message": "body: send a JSON object, with the header content-type: application/json "
+        "(this request's is 'application/x-www-form-urlencoded')",
+        "field": "body",
+    }
+    listed = await api.post("/api/facts", json=["Prefers tea"])
+    assert listed.status_code == 422
+    assert listed.json()["message"] == "body: must be a JSON object ({...}), not another JSON value"
+    assert "dictionary" not in form.text + listed.text
+    assert await count_rows(memory, resource) == 0
+
+
 async def test_fact_update_rules(api: httpx.AsyncClient) -> None:
     fact = (await api.post("/api/facts", json={"content": "Lives in Lisbon"})).json()
     empty = await api.patch(f"/api/facts/{fact['id']}", json={})
