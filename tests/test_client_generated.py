@@ -13,12 +13,12 @@ from __future__ import annotations
 import ast
 import inspect
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from popagent.client import AsyncClient, Client
+from tests.cli_support import run_tool as run
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "async_to_sync.py"
@@ -28,14 +28,7 @@ COMMAND = "python tools/async_to_sync.py"
 
 
 def run_tool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(TOOL), *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run(TOOL, *args)
 
 
 @pytest.fixture
@@ -174,4 +167,5 @@ def test_every_call_names_the_client_method_that_makes_it() -> None:
         names = [k.value for k in node.keywords if k.arg == "name"]
         assert len(names) == 1 and isinstance(names[0], ast.Constant), ast.unparse(node)
         method = names[0].value
+        assert isinstance(method, str)
         assert callable(getattr(Client, method)) and callable(getattr(AsyncClient, method))

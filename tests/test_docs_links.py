@@ -10,22 +10,16 @@ inside ``docs/``), an anchor no heading makes, and the links it must leave alone
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.cli_support import ROOT
+from tests.cli_support import run_tool as run
+
 TOOL = ROOT / "tools" / "check_links.py"
 
 
 def run_tool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(TOOL), *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run(TOOL, *args)
 
 
 def test_the_docs_have_no_broken_link() -> None:
