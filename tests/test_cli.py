@@ -36,6 +36,27 @@ def res() -> str:
     return f"cli-{uuid.uuid4().hex}"
 
 
+def test_recall_says_when_the_resource_is_empty(
+    cli: CliRunner, database_url: str, res: str
+) -> None:
+    out = invoke(cli, database_url, res, "recall", "which mode do I prefer?")
+    assert out.exit_code == 0
+    assert out.output.startswith(f"Resource {res!r} is empty: nothing has been remembered")
+    invoke(cli, database_url, res, "remember", "Keeps bees on the roof")
+    out = invoke(cli, database_url, res, "recall", "zzzz qqqq")
+    # Semantic recall ranks the one memory anyway; the resource is no longer empty.
+    assert out.exit_code == 0 and "is empty" not in out.output
+
+
+def test_a_mistyped_command_gets_did_you_mean(cli: CliRunner) -> None:
+    out = cli.invoke(main, ["recal", "tea"])
+    assert out.exit_code == 2
+    assert "No such command 'recal'. Did you mean 'recall'?" in out.output
+    out = cli.invoke(main, ["xyzzy"])
+    assert out.exit_code == 2 and "No such command 'xyzzy'." in out.output
+    assert "Did you mean" not in out.output
+
+
 def test_remember_recall_and_explain(cli: CliRunner, database_url: str, res: str) -> None:
     out = invoke(cli, database_url, res, "remember", "Prefers dark mode", "--key", "ui.theme")
     assert out.exit_code == 0 and out.output.startswith("created fact ")

@@ -187,11 +187,13 @@ def test_errors_name_the_field_and_say_what_happened(client: Client, server: Ser
                 stranger.info()
             assert denied.value.status == 401
             assert "401" in str(denied.value) and "token" in str(denied.value)
+            assert str(denied.value).startswith("info (GET /api/info) answered 401")
 
     with Client(f"http://127.0.0.1:{free_port()}", timeout=2) as nowhere:
         with pytest.raises(TransportError) as unreachable:
             nowhere.info()
-        assert "GET /api/info" in str(unreachable.value)
+        # The client's method first, then the route it called.
+        assert str(unreachable.value).startswith("info (GET /api/info) to http://127.0.0.1:")
         assert "could not connect" in str(unreachable.value)
         assert unreachable.value.status is None
 
@@ -573,7 +575,7 @@ def test_5xx_is_a_server_error_in_one_sentence(database_url: str, tmp_path: Path
                 assert unavailable.value.status == 503
                 assert unavailable.value.error == "unavailable"
                 message = str(unavailable.value)
-                assert message.startswith("POST /api/sessions/s/chat answered 503")
+                assert message.startswith("chat (POST /api/sessions/s/chat) answered 503")
                 assert "POPAGENT_MODEL" in message and "\n" not in message
             assert anonymous.list_sessions().items == ()  # the refused turns wrote nothing
     finally:

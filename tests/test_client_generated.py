@@ -13,12 +13,12 @@ from __future__ import annotations
 import ast
 import inspect
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from popagent.client import AsyncClient, Client
+from tests.cli_support import run_tool as run
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "async_to_sync.py"
@@ -28,14 +28,7 @@ COMMAND = "python tools/async_to_sync.py"
 
 
 def run_tool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(TOOL), *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run(TOOL, *args)
 
 
 @pytest.fixture
@@ -157,3 +150,22 @@ def test_clients_have_the_same_methods_and_signatures() -> None:
     assert not inspect.iscoroutinefunction(Client.recall)
     assert inspect.isasyncgenfunction(AsyncClient.chat_stream)
     assert inspect.isgeneratorfunction(Client.chat_stream)
+
+
+def test_every_call_names_the_client_method_that_makes_it() -> None:
+    """Errors name the client's method before the route (``put_fact (PUT /api/...)``):
+    each ``Call`` a builder of ``calls.py`` makes says which method, and both clients
+    have it."""
+    tree = ast.parse((ROOT / "src" / "popagent" / "client" / "calls.py").read_text("utf-8"))
+    made = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Call"
+    ]
+    assert len(made) >= 30
+    for node in made:
+        names = [k.value for k in node.keywords if k.arg == "name"]
+        assert len(names) == 1 and isinstance(names[0], ast.Constant), ast.unparse(node)
+        method = names[0].value
+        assert isinstance(method, str)
+        assert callable(getattr(Client, method)) and callable(getattr(AsyncClient, method))

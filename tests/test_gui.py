@@ -137,6 +137,10 @@ async def test_api_reference_is_browsable_without_a_cdn(gui: httpx.AsyncClient) 
         assert f'id="schema-{name}"' in html
     # Types link to their schemas; a body names its schema.
     assert 'Body: <a href="#schema-FactCreate">FactCreate</a>' in html
+    # Docstrings read as text with their code marked, never as markup or an int64 bound.
+    assert "recall for <code>query</code>, each with its score components" in html
+    assert "``" not in html and "9,223,372,036,854,775,807" not in html
+    assert "<td>integer (int64), ≥ 1</td>" in html
     # Nothing from elsewhere: every src and href is local or an anchor.
     for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert ref.startswith(("/", "#")) and not ref.startswith("//"), ref
@@ -496,7 +500,7 @@ async def test_settings_page_documents_every_setting(gui: httpx.AsyncClient) -> 
     legends = re.findall(r"<legend>([^<]+)</legend>", html)
     # The everyday groups first; the observational-memory knobs folded under Advanced.
     assert legends == [
-        "Recall",
+        "Looking up earlier messages",
         "Retention",
         "Model instructions",
         "Observation",
@@ -504,7 +508,15 @@ async def test_settings_page_documents_every_setting(gui: httpx.AsyncClient) -> 
         "Buffering",
     ]
     folded = html.split('<details class="advanced" data-testid="advanced">', 1)[1]
-    assert "<legend>Observation</legend>" in folded and "<legend>Recall</legend>" not in folded
+    assert "<legend>Observation</legend>" in folded and "<legend>Looking up" not in folded
+    # The one everyday observational-memory knob says what it does in plain words, and
+    # that it is not long-term recall (no group of the form is called "Recall").
+    assert "<legend>Recall</legend>" not in html
+    assert (
+        '<p class="plain">Once a long chat has been condensed into notes, the model can ask '
+        "for the exact messages a note was made from. off: it cannot;"
+    ) in html
+    assert "This is not long-term memory, which every turn recalls" in html
     # Plain labels, with the name the CLI and API use beside each.
     assert (
         '<label for="observation_threshold_tokens">Take notes once a conversation has grown by '
@@ -638,6 +650,11 @@ async def test_chat_without_a_model_says_how_to_configure_one(gui: httpx.AsyncCl
     page = await gui.get(new.headers["location"])
     assert 'data-testid="no-model"' in page.text
     assert "POPAGENT_MODEL" in page.text
+    # Send is off, and the page says why, next to it.
+    assert '<button type="submit" id="send" disabled aria-describedby="send-off">' in page.text
+    assert 'id="send-off" data-testid="send-off">Sending is off: this server has no model' in (
+        page.text
+    )
     assert '<script src="/static/chat.js" defer></script>' in page.text
     assert 'aria-live="polite"' in page.text
     fallback = await post_form(gui, "/chat/s-1", {"message": "hello"})

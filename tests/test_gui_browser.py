@@ -4,7 +4,8 @@ headless) against a real uvicorn on 127.0.0.1 serving the test database.
 Covers, as a person would do them: creating, editing and deleting a fact;
 deleting an episode; a settings change refused inline, then saved; a chat turn
 whose reply streams onto the page from the scripted model server; creating a
-fact with the keyboard alone; and no horizontal scrolling at 375 px. Every page
+fact with the keyboard alone; and, on every page at 390 px, no horizontal scrolling and
+no word broken inside that would fit a line. Every page
 is also watched for script errors and CSP refusals. Screenshots are saved to
 ``build/test-artifacts/screenshots/``.
 
@@ -33,7 +34,7 @@ from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
-from tests.gui_support import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+from tests.gui_support import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, assert_fits
 from tests.scripted_model import CallTools, Fail, Reply, ScriptedModelServer
 from tests.web_support import count_rows, scripted_settings, uvicorn_server
 
@@ -367,13 +368,17 @@ async def test_chat_without_model_shows_a_readable_error(browser: Browser, serve
     page = w.page
     await page.goto(server + "/chat/s-1")
     await expect(page.get_by_test_id("no-model")).to_contain_text("POPAGENT_MODEL")
-    await page.get_by_label("Message").fill("hello")
-    await page.get_by_role("button", name="Send").click()
-    error = page.locator("#chat-error")
-    await expect(error).to_contain_text("No model is configured: set POPAGENT_MODEL")
     # Said once, not "No model is available. no model is configured ...".
-    assert (await error.text_content() or "").lower().count("no model") == 1
-    await expect(page.locator("#chat-log li.message.assistant")).to_have_count(0)
+    no_model = await page.get_by_test_id("no-model").text_content() or ""
+    assert no_model.lower().count("no model") == 1
+    # Send is off, and says why; Enter in the message sends nothing either.
+    send = page.get_by_role("button", name="Send")
+    await expect(send).to_be_disabled()
+    await expect(send).to_have_accessible_description(re.compile("Sending is off: this server"))
+    await page.get_by_label("Message").fill("hello")
+    await page.get_by_label("Message").press("Enter")
+    await expect(page.locator("#chat-error")).to_be_hidden()
+    await expect(page.locator("#chat-log li.message")).to_have_count(0)
     w.assert_clean()
 
 
@@ -425,7 +430,7 @@ async def test_keyboard_only_fact_creation(
     w.assert_clean()
 
 
-async def test_narrow_viewport_does_not_scroll_sideways(
+async def test_every_page_at_390px_neither_scrolls_sideways_nor_breaks_a_word(
     browser: Browser,
     server: str,
     memory: popagent.LongTermMemory,
@@ -434,37 +439,54 @@ async def test_narrow_viewport_does_not_scroll_sideways(
 ) -> None:
     long_word = "Supercalifragilistic" * 15
     fact = await memory.create_fact(resource, f"{long_word} is a long word", key="k" * 128)
+    await memory.create_fact(resource, "Waters the basil every Monday morning", key="basil")
     await memory.retain_episode(resource, "s" * 200, f"Say {long_word}", "Done.")
     threads = ThreadStore(memory.pool)
     await threads.append_message(resource, "narrow", "user", long_word, create_session=True)
     # A version of the fact, written by the session: its history and writes have long words too.
     await memory.update_fact(resource, fact.id, importance=0.9, session_id="narrow")
-    w = await open_page(browser, width=375, height=800)
+    w = await open_page(browser, width=390, height=800)
     page = w.page
+
     for path in (
         "/",
         f"/memories/{fact.id}",
         f"/facts/{fact.id}/edit",
         f"/facts/{fact.id}/history",
         f"/facts/{fact.id}/delete",
+        "/facts/new",
         "/recall",
         "/settings",
         "/sessions",
         "/sessions/narrow",
         "/sessions/narrow/revert",
+        "/sessions/narrow/delete",
+        "/chat",
         "/chat/narrow",
         "/cleanup",
         "/purge",
         "/docs",
+        "/login",
     ):
-        await page.goto(server + path)
-        sizes = await page.evaluate(
-            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
-        )
-        assert sizes[0] <= sizes[1], f"{path} scrolls sideways: {sizes}"
+        response = await page.goto(server + path)
+        assert response is not None and response.status == 200, path
+        await assert_fits(page, path)
         if path in ("/", "/sessions/narrow"):
             name = "memories" if path == "/" else "session"
-            await screenshot(page, screenshots, f"{name}-375px.png")
+            await screenshot(page, screenshots, f"{name}-390px.png")
+    # The recall preview's answer: each memory's table of score components.
+    await page.goto(server + "/recall")
+    await page.get_by_label("Query").fill("when are the basil plants watered")
+    await page.get_by_role("button", name="Preview recall").click()
+    await expect(page.locator("table.components").first).to_be_visible()
+    await assert_fits(page, "the recall preview")
+    await screenshot(page, screenshots, "recall-390px.png")
+    # The cleanup's confirmation page, and the GUI's error page.
+    await page.goto(server + "/cleanup/confirm?kind=episode&older_than=2999-01-01")
+    await assert_fits(page, "the cleanup's confirmation")
+    missing = await page.goto(server + "/memories/987654321")
+    assert missing is not None and missing.status == 404
+    await assert_fits(page, "the error page")
     w.assert_clean()
 
 

@@ -24,6 +24,7 @@ from playwright.async_api import Browser, Page, expect
 import popagent
 from popagent.keys import KeyStore, looks_like_key
 from popagent.models import MemoryFilter
+from tests.gui_support import assert_fits
 from tests.test_gui_browser import (  # noqa: F401 (fixtures, used by name)
     browser,
     chromium,
@@ -37,7 +38,9 @@ from tests.test_keys_gui import bearer, multi_server
 async def log_in(page: Page, base: str, credential: str) -> None:
     """Type ``credential`` into the login form as a person would and submit it."""
     await page.goto(base + "/login")
-    await page.get_by_label("Token").type(credential)
+    # A multi-resource server asks for an API key (or the operator's token), by that name.
+    await expect(page.get_by_text("log in with an API key")).to_be_visible()
+    await page.get_by_label("API key").type(credential)
     await page.get_by_role("button", name="Log in").click()
     await expect(page).to_have_url(base + "/")
 
@@ -118,6 +121,23 @@ async def test_an_admin_login_creates_uses_and_revokes_a_key_in_the_browser(
         assert width == 1100 and height >= 900  # the whole page, at the viewport's width
         page_text = await page.locator("body").inner_text()
         assert "laptop" in page_text and one in page_text and "Create a key" in page_text
+
+        # "Log out" (a form's button) sits in line with the nav's links.
+        nav = page.get_by_role("navigation", name="Main")
+        keys_link = await nav.get_by_role("link", name="Keys").bounding_box()
+        log_out = await nav.get_by_role("button", name="Log out").bounding_box()
+        assert keys_link is not None and log_out is not None
+        middle = [box["y"] + box["height"] / 2 for box in (keys_link, log_out)]
+        assert abs(middle[0] - middle[1]) <= 2, (keys_link, log_out)
+
+        # At 390 px the table scrolls in its box; no word in it breaks inside.
+        await page.set_viewport_size({"width": 390, "height": 800})
+        await assert_fits(page, "/keys")
+        await screenshot(page, screenshots, "keys-390px.png")
+        await page.goto(f"{base}/keys/{laptop.id}/revoke")
+        await assert_fits(page, "the revoke page")
+        await page.goto(base + "/keys")
+        await page.set_viewport_size({"width": 1100, "height": 900})
 
         # Revoke it behind the confirmation page; it is refused at once.
         await laptop_row.get_by_role("link", name="Revoke laptop").click()

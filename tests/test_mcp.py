@@ -26,9 +26,11 @@ from popagent.agent.remember import REMEMBER_SPEC
 from popagent.cli import main
 from popagent.cli import mcp as cli_mcp
 from popagent.defaults import DEFAULT_HOST, DEFAULT_MCP_PORT
+from popagent.embed import OpenAIEmbedder
 from popagent.mcp import SERVER_INSTRUCTIONS, SESSION_PREFIX, MemoryServer
 from popagent.mcp.guidance import FALLIBLE, WORTH_REMEMBERING
 from popagent.mcp.server import RESOURCE_HINT
+from popagent.mcp.tools import EMPTY_MEMORY, NO_MEMORIES
 from popagent.models import MemoryFilter
 from tests.agent_support import audit_text
 from tests.mcp_support import TOOLS, stdio_params, text_of
@@ -143,6 +145,51 @@ async def test_stdio_remember_then_recall_across_two_connections(
     # Each connection is its own audit session.
     sessions = {r.session_id for r in await AuditLog(memory.pool).list_audit(resource)}
     assert len(sessions) == 2 and fact.session_id in sessions
+
+
+async def test_stdio_remember_then_recall_by_meaning_in_one_round_trip_each(
+    database_url: str, resource: str, errlog: Any
+) -> None:
+    # No word in common: only the new fact's vectors can find it, and remember writes
+    # them before it returns, so the recall right after finds it by meaning.
+    async with stdio(database_url, resource, errlog) as client:
+        stored = await client.call_tool("remember", {"content": "Allergic to peanuts"})
+        assert not stored.is_error, text_of(stored)
+        found = await client.call_tool("recall", {"query": "what should I avoid eating?"})
+    assert not found.is_error
+    assert "Allergic to peanuts" in text_of(found), text_of(found)
+    assert "wait" not in text_of(found)
+    assert found.structured_content is not None
+    assert found.structured_content["pending_vectors"] == 0
+    assert found.structured_content["mode"] == "fused"
+
+
+async def test_recall_text_names_memories_waiting_for_vectors_and_an_empty_memory(
+    database_url: str, resource: str
+) -> None:
+    # An embedding model that cannot be reached: every memory waits for its vectors.
+    embedder = OpenAIEmbedder(
+        "unreachable", base_url="http://127.0.0.1:9/v1", name="unreachable-8", max_retries=0
+    )
+    try:
+        async with (
+            popagent.connect(database_url, embedder=embedder, max_size=4) as root,
+            inproc(root, resource) as client,
+        ):
+            empty = await client.call_tool("recall", {"query": "peanuts"})
+            assert text_of(empty) == EMPTY_MEMORY
+            stored = await client.call_tool("remember", {"content": "Allergic to peanuts"})
+            assert not stored.is_error, text_of(stored)
+            found = await client.call_tool("recall", {"query": "peanuts"})
+            missed = await client.call_tool("recall", {"query": "bicycle"})
+    finally:
+        await embedder.aclose()
+    note = "(1 memory waits for its vectors: found by words only until then, not by meaning.)"
+    assert text_of(found).endswith("Allergic to peanuts\n\n" + note), text_of(found)
+    assert found.structured_content is not None
+    assert found.structured_content["pending_vectors"] == 1
+    # A miss in a memory that holds something is a miss, with the same note.
+    assert text_of(missed) == f"{NO_MEMORIES}\n\n{note}"
 
 
 async def test_stdio_refusals_come_back_as_tool_errors_and_audit_holds_no_content(
@@ -330,7 +377,8 @@ async def test_recall_list_and_forget_facts(
 ) -> None:
     async with inproc(root, resource) as client:
         empty = await client.call_tool("recall", {"query": "dark mode"})
-        assert not empty.is_error and text_of(empty) == "No relevant long-term memories."
+        # Nothing was ever written to this resource: the text says so, not "no match".
+        assert not empty.is_error and text_of(empty) == EMPTY_MEMORY
         assert empty.structured_content is not None
         assert empty.structured_content["mode"] == "fused"  # semantic recall by default
         assert empty.structured_content["reason"].startswith("fused (words and meaning)")

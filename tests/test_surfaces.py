@@ -178,8 +178,18 @@ def test_the_client_covers_the_routes_by_key(database_url: str, resource: str) -
         (named,) = client.list(MemoryFilter(kind="fact", key="Pet/Name")).items
         assert (named.id, named.content) == (first.id, "The cat is called Miso")
         assert client.list(MemoryFilter(kind="fact", key="pet/age")).items == ()
-        with pytest.raises(ConflictError, match=f"fact {first.id} already has the key"):
+        with pytest.raises(ConflictError) as taken:
             client.create_fact("The cat is called Tofu", key="pet/name")
+        # The client's error names the client's methods, not the HTTP routes behind them.
+        assert str(taken.value) == (
+            f"fact {first.id} already has the key 'pet/name': put_fact('pet/name', content) "
+            f"sets its value, update_fact({first.id}, ...) changes it"
+        )
+        client.create_fact("Feeds the cat at seven")
+        with pytest.raises(ConflictError) as twin:
+            client.create_fact("Feeds the cat at seven")
+        assert "is identical and has no key: update_fact(" in str(twin.value)
+        assert "/api/" not in str(twin.value)
 
 
 async def test_no_doubled_words_where_a_model_or_token_is_missing(

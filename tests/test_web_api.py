@@ -25,6 +25,7 @@ from popagent.models import MemoryFilter, Provenance, RecallPreview
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from popagent.web.api.recall import recall_json
+from popagent.web.openapi_text import markdown_text, marked
 from tests.observe_support import insert_observed
 from tests.web_support import api_client, count_rows
 
@@ -145,6 +146,24 @@ async def test_bad_json_and_oversized_bodies(
     huge = await api.post("/api/facts", json={"content": "x" * 300_000})
     assert huge.status_code == 413
     assert "limit" in huge.json()["message"]
+    assert await count_rows(memory, resource) == 0
+
+
+async def test_a_body_that_is_not_a_json_object_says_to_send_json(
+    api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    form = await api.post("/api/facts", data={"content": "Prefers tea"})
+    assert form.status_code == 422, form.text
+    assert form.json() == {
+        "error": "validation_error",
+        "message": "body: send a JSON object, with the header content-type: application/json "
+        "(this request's is 'application/x-www-form-urlencoded')",
+        "field": "body",
+    }
+    listed = await api.post("/api/facts", json=["Prefers tea"])
+    assert listed.status_code == 422
+    assert listed.json()["message"] == "body: must be a JSON object ({...}), not another JSON value"
+    assert "dictionary" not in form.text + listed.text
     assert await count_rows(memory, resource) == 0
 
 
@@ -550,6 +569,39 @@ def test_every_route_is_documented() -> None:
         if f"| {method.upper()} | `{path}` |" not in doc
     ]
     assert missing == []
+
+
+async def test_the_openapi_document_reads_as_text_with_code_marked(
+    api: httpx.AsyncClient, resource: str
+) -> None:
+    spec = (await api.get("/openapi.json")).json()
+    text = json.dumps(spec)
+    # No RST markup, no Python None, no int64 bound: one rewrite where the document is made.
+    assert "``" not in text and str(2**63 - 1) not in text
+    recall = spec["paths"]["/api/recall"]["post"]["description"]
+    assert recall.startswith("The ranked memories a turn would recall for `query`, each with")
+    assert "\n" not in recall  # a docstring's wrapped lines are one paragraph
+    history = spec["components"]["schemas"]["FactVersion"]["description"]
+    assert "from `valid_from` until `valid_to`" in history and "\n\n`ended` says" in history
+    fact = spec["components"]["schemas"]["Memory"]["description"]
+    assert "`accessed_at` is `null` until" in fact
+    (memory_id,) = (p for p in spec["paths"]["/api/facts/{id}"]["get"]["parameters"])
+    assert memory_id["schema"]["format"] == "int64" and "maximum" not in memory_id["schema"]
+    # The route still checks the bound the document no longer shows.
+    too_big = await api.get(f"/api/facts/{2**63}")
+    assert too_big.status_code == 422 and too_big.json()["field"] == "id", too_big.text
+    assert (await api.get(f"/api/facts/{2**63 - 1}")).status_code == 404
+
+
+def test_docstring_text_becomes_markdown_and_marked_html() -> None:
+    doc = "Delete fact ``id``; ``None`` when\nnone.\n\n- ``a``: one\n- b <two>"
+    assert markdown_text(doc) == "Delete fact `id`; `null` when none.\n\n- `a`: one\n- b <two>"
+    assert markdown_text(markdown_text(doc)) == markdown_text(doc)
+    assert str(marked(doc)) == (
+        "<p>Delete fact <code>id</code>; <code>null</code> when none.</p>"
+        "<p>- <code>a</code>: one<br>- b &lt;two&gt;</p>"
+    )
+    assert str(marked("one `<b>`")) == "one <code>&lt;b&gt;</code>"
 
 
 async def test_observations_point_at_their_source_messages(

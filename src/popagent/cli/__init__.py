@@ -133,6 +133,20 @@ class _Commands(click.Group):
             _accept_resource_id(command)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # Click suggests from ``self.commands``, which a lazy group leaves empty: a typo
+        # of a command ("recal") gets the same "Did you mean" as a subcommand's.
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            import difflib  # here, not at the top: ``--help`` must not pay for it
+
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            if close and not ctx.resilient_parsing:
+                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, entry.help) for name, entry in COMMANDS.items()]
         with formatter.section("Commands"):

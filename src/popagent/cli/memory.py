@@ -150,7 +150,7 @@ def recall(
 
     Memories stored since the last command may still lack their vectors (the
     server writes them in the background): up to 256 are written here first."""
-    report: RecallReport = run(ctx, lambda app, r: _recall_caught_up(app.memory, r, query, limit))
+    report, empty = run(ctx, lambda app, r: _recall_caught_up(app.memory, r, query, limit))
     results = report.results
     block = render(results, budget=budget)
     if report.pending:
@@ -172,24 +172,24 @@ def recall(
             click.echo(f"   {memory_line(res.memory)}")
             click.echo(f"   {provenance_line(res.memory)}")
         click.echo()
-    click.echo(block if block else "No relevant long-term memories.")
-
-
-#: A ``recall`` writes the resource's pending vectors itself first when there are at
-#: most this many (a command lives too short for the background worker), waiting
-#: at most ``CATCH_UP_S``; a longer backlog is left to ``serve`` or ``embed``.
-CATCH_UP_MAX = 256
-CATCH_UP_S = 30.0
+    click.echo(block or empty or "No relevant long-term memories.")
 
 
 async def _recall_caught_up(
     memory: LongTermMemory, resource_id: str, query: str, limit: int
-) -> RecallReport:
-    if memory.embedder is not None:
-        pending = await memory.pending_vectors(resource_id, cap=CATCH_UP_MAX + 1)
-        if 0 < pending <= CATCH_UP_MAX:
-            await memory.wait_for_vectors(resource_id, timeout=CATCH_UP_S)
-    return await memory.recall_report(resource_id, query, limit=limit)
+) -> tuple[RecallReport, str | None]:
+    """The recall of ``query``, and when it found nothing because nothing was ever
+    written to the resource, the sentence that says so (a miss reads differently)."""
+    # A command lives too short for the background worker: a short backlog of pending
+    # vectors is written first (``catch_up_vectors``); a longer one is left to serve/embed.
+    await memory.catch_up_vectors(resource_id)
+    report = await memory.recall_report(resource_id, query, limit=limit)
+    if report.results or await memory.list(resource_id, MemoryFilter(limit=1)):
+        return report, None
+    return report, (
+        f"Resource {resource_id!r} is empty: nothing has been remembered in it yet "
+        '(popagent remember "..." stores a fact; --resource-id picks another resource).'
+    )
 
 
 def provenance_line(m: Memory) -> str:

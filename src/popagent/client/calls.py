@@ -80,7 +80,8 @@ def _popped_item(data: Any) -> dict[str, Any] | None:
 class Call(Generic[T]):
     """One request and the reader of its success body.
 
-    ``ok`` lists the statuses that are success; ``parse`` reads the JSON body of
+    ``name`` is the client's method (the builder's name, but ``list`` and
+    ``get_settings``). ``ok`` lists the statuses that are success; ``parse`` reads the JSON body of
     one (``None`` for a 204). ``accept_errors`` lists error statuses whose body is
     still a valid answer (``/healthz``'s 503).
     """
@@ -93,10 +94,14 @@ class Call(Generic[T]):
     ok: tuple[int, ...] = (200,)
     accept_errors: tuple[int, ...] = field(default=())
     chat: bool = False
+    #: The client's method that makes this call: errors name it before the route.
+    name: str = ""
 
     @property
     def what(self) -> str:
-        return f"{self.method} {self.path}"
+        """The call as an error names it: ``put_fact (PUT /api/facts/by-key/k)``."""
+        route = f"{self.method} {self.path}"
+        return f"{self.name} ({route})" if self.name else route
 
 
 def _seg(value: str | int) -> str:
@@ -127,7 +132,7 @@ def filter_params(where: MemoryFilter) -> dict[str, Any]:
 def list_memories(where: MemoryFilter) -> Call[Page[Memory]]:
     """``GET /api/memories``: facts and episodes, with every filter of ``where``."""
     params = filter_params(where)
-    return Call("GET", "/api/memories", decoder(Page[Memory]), params=params)
+    return Call("GET", "/api/memories", decoder(Page[Memory]), params=params, name="list")
 
 
 #: The collection of each kind's routes (``None``: either kind).
@@ -144,7 +149,7 @@ def _kind_path(kind: Kind | None) -> str:
 def get(id: int, *, kind: Kind | None) -> Call[Memory]:
     """``GET /api/memories/{id}``, or the route of ``kind``: ``/api/facts/{id}``,
     ``/api/episodes/{id}``."""
-    return Call("GET", f"/api/{_kind_path(kind)}/{_seg(id)}", decoder(Memory))
+    return Call("GET", f"/api/{_kind_path(kind)}/{_seg(id)}", decoder(Memory), name="get")
 
 
 def delete(id: int, *, kind: Kind, purge: bool) -> Call[None]:
@@ -157,10 +162,10 @@ def delete(id: int, *, kind: Kind, purge: bool) -> Call[None]:
             raise ValidationError(
                 "purge", "only a fact has earlier versions to purge, not an episode"
             )
-        return Call("DELETE", path, _none, ok=(204,))
+        return Call("DELETE", path, _none, ok=(204,), name="delete")
     # The route takes exactly "true" or "false"; leaving it out is "false".
     params = {"purge": "true"} if purge else None
-    return Call("DELETE", path, _none, params=params, ok=(204,))
+    return Call("DELETE", path, _none, params=params, ok=(204,), name="delete")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -175,7 +180,7 @@ def create_fact(
         body["key"] = key
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
-    return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,))
+    return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,), name="create_fact")
 
 
 def put_fact(
@@ -186,7 +191,7 @@ def put_fact(
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
     path = f"/api/facts/by-key/{_seg(key)}"
-    return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201))
+    return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201), name="put_fact")
 
 
 def update_fact(
@@ -204,21 +209,21 @@ def update_fact(
     }
     if not isinstance(expires_at, Unset):
         body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
-    return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body)
+    return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body, name="update_fact")
 
 
 def fact_history(id: int) -> Call[FactHistory]:
-    return Call("GET", f"/api/facts/{_seg(id)}/versions", decoder(FactHistory))
+    return Call("GET", f"/api/facts/{_seg(id)}/versions", decoder(FactHistory), name="fact_history")
 
 
 def restore_fact(id: int, version: int) -> Call[Memory]:
     path = f"/api/facts/{_seg(id)}/restore"
-    return Call("POST", path, decoder(Memory), json={"version": version})
+    return Call("POST", path, decoder(Memory), json={"version": version}, name="restore_fact")
 
 
 def recall(query: str, *, limit: int) -> Call[RecallPreview]:
     body = {"query": query, "limit": limit}
-    return Call("POST", "/api/recall", decoder(RecallPreview), json=body)
+    return Call("POST", "/api/recall", decoder(RecallPreview), json=body, name="recall")
 
 
 def _deleted(data: Any) -> int:
@@ -231,11 +236,11 @@ def cleanup(*, confirm: bool, kind: Kind | None, older_than: datetime | None) ->
         body["kind"] = kind
     if older_than is not None:
         body["older_than"] = older_than.isoformat()
-    return Call("POST", "/api/cleanup", _deleted, json=body)
+    return Call("POST", "/api/cleanup", _deleted, json=body, name="cleanup")
 
 
 def purge(*, confirm: bool) -> Call[PurgeReport]:
-    return Call("POST", "/api/purge", decoder(PurgeReport), json={"confirm": confirm})
+    return Call("POST", "/api/purge", decoder(PurgeReport), json={"confirm": confirm}, name="purge")
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -243,41 +248,45 @@ def purge(*, confirm: bool) -> Call[PurgeReport]:
 
 def list_sessions(*, limit: int, offset: int) -> Call[Page[Session]]:
     params = _query(limit=limit, offset=offset)
-    return Call("GET", "/api/sessions", decoder(Page[Session]), params=params)
+    return Call("GET", "/api/sessions", decoder(Page[Session]), params=params, name="list_sessions")
 
 
 def get_session(session_id: str) -> Call[Session]:
-    return Call("GET", f"/api/sessions/{_seg(session_id)}", decoder(Session))
+    return Call("GET", f"/api/sessions/{_seg(session_id)}", decoder(Session), name="get_session")
 
 
 def rename_session(session_id: str, title: str | None) -> Call[Session]:
     path = f"/api/sessions/{_seg(session_id)}"
-    return Call("PATCH", path, decoder(Session), json={"title": title})
+    return Call("PATCH", path, decoder(Session), json={"title": title}, name="rename_session")
 
 
 def delete_session(session_id: str) -> Call[None]:
-    return Call("DELETE", f"/api/sessions/{_seg(session_id)}", _none, ok=(204,))
+    return Call(
+        "DELETE", f"/api/sessions/{_seg(session_id)}", _none, ok=(204,), name="delete_session"
+    )
 
 
 def list_messages(session_id: str, *, after_id: int | None, limit: int) -> Call[MessagePage]:
     path = f"/api/sessions/{_seg(session_id)}/messages"
     params = _query(after_id=after_id, limit=limit)
-    return Call("GET", path, decoder(MessagePage), params=params)
+    return Call("GET", path, decoder(MessagePage), params=params, name="list_messages")
 
 
 def observations(session_id: str) -> Call[Observations]:
     path = f"/api/sessions/{_seg(session_id)}/observations"
-    return Call("GET", path, decoder(Observations))
+    return Call("GET", path, decoder(Observations), name="observations")
 
 
 def session_writes(session_id: str) -> Call[SessionWrites]:
     path = f"/api/sessions/{_seg(session_id)}/writes"
-    return Call("GET", path, decoder(SessionWrites))
+    return Call("GET", path, decoder(SessionWrites), name="session_writes")
 
 
 def revert_session(session_id: str, *, confirm: bool) -> Call[RevertReport]:
     path = f"/api/sessions/{_seg(session_id)}/revert"
-    return Call("POST", path, decoder(RevertReport), json={"confirm": confirm})
+    return Call(
+        "POST", path, decoder(RevertReport), json={"confirm": confirm}, name="revert_session"
+    )
 
 
 def list_items(
@@ -286,52 +295,54 @@ def list_items(
     path = f"/api/sessions/{_seg(session_id)}/items"
     # With ``last`` the route ignores paging; send only what applies.
     params = _query(last=last) if last is not None else _query(after_id=after_id, limit=limit)
-    return Call("GET", path, decoder(ItemPage), params=params)
+    return Call("GET", path, decoder(ItemPage), params=params, name="list_items")
 
 
 def add_items(session_id: str, items: Sequence[Mapping[str, Any]]) -> Call[tuple[int, ...]]:
     path = f"/api/sessions/{_seg(session_id)}/items"
     body = {"items": [dict(item) for item in items]}
-    return Call("POST", path, _item_ids, json=body, ok=(201,))
+    return Call("POST", path, _item_ids, json=body, ok=(201,), name="add_items")
 
 
 def pop_item(session_id: str) -> Call[dict[str, Any] | None]:
     path = f"/api/sessions/{_seg(session_id)}/items/last"
-    return Call("DELETE", path, _popped_item)
+    return Call("DELETE", path, _popped_item, name="pop_item")
 
 
 def clear_items(session_id: str) -> Call[None]:
     path = f"/api/sessions/{_seg(session_id)}/items"
-    return Call("DELETE", path, _none, ok=(204,))
+    return Call("DELETE", path, _none, ok=(204,), name="clear_items")
 
 
 def chat(session_id: str, message: str) -> Call[ChatReply]:
     path = f"/api/sessions/{_seg(session_id)}/chat"
-    return Call("POST", path, decoder(ChatReply), json={"message": message}, chat=True)
+    return Call("POST", path, decoder(ChatReply), json={"message": message}, chat=True, name="chat")
 
 
 # --- settings and system ----------------------------------------------------------------------
 
 
 def read_settings() -> Call[Settings]:
-    return Call("GET", "/api/settings", decoder(Settings))
+    return Call("GET", "/api/settings", decoder(Settings), name="get_settings")
 
 
 def update_settings(changes: Mapping[str, Any]) -> Call[Settings]:
-    return Call("PATCH", "/api/settings", decoder(Settings), json=dict(changes))
+    return Call(
+        "PATCH", "/api/settings", decoder(Settings), json=dict(changes), name="update_settings"
+    )
 
 
 def reset_settings() -> Call[Settings]:
-    return Call("POST", "/api/settings/reset", decoder(Settings))
+    return Call("POST", "/api/settings/reset", decoder(Settings), name="reset_settings")
 
 
 def info() -> Call[ServerInfo]:
-    return Call("GET", "/api/info", decoder(ServerInfo))
+    return Call("GET", "/api/info", decoder(ServerInfo), name="info")
 
 
 def health() -> Call[Health]:
-    return Call("GET", "/healthz", decoder(Health), accept_errors=(503,))
+    return Call("GET", "/healthz", decoder(Health), accept_errors=(503,), name="health")
 
 
 def maintain() -> Call[MaintenanceReport]:
-    return Call("POST", "/api/maintenance", decoder(MaintenanceReport))
+    return Call("POST", "/api/maintenance", decoder(MaintenanceReport), name="maintain")

@@ -15,6 +15,8 @@ other 5xx; a 503 for the database is also a ``DatabaseError``, and a 503
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -40,11 +42,32 @@ __all__ = [
     "UnauthorizedError",
     "error_from_body",
     "error_from_response",
+    "in_client_words",
 ]
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+#: The routes a server's message may point to, and the client's method for each: a
+#: client user is told what to call, not which HTTP request to make. Each pattern is
+#: anchored on a literal, so a message is scanned once, in linear time.
+_ROUTE_TO_METHOD: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (
+        re.compile(r"PUT /api/facts/by-key/(.+?) sets its value"),
+        lambda m: f"put_fact({m.group(1)!r}, content) sets its value",
+    ),
+    (re.compile(r"PATCH /api/facts/(\d+)"), lambda m: f"update_fact({m.group(1)}, ...)"),
+)
+
+
+def in_client_words(message: str) -> str:
+    """The server's ``message`` with each route it names replaced by the client's method
+    (``PUT /api/facts/by-key/k`` is ``put_fact('k', content)``)."""
+    for pattern, method in _ROUTE_TO_METHOD:
+        message = pattern.sub(method, message)
+    return message
 
 
 def error_from_body(status: int, body: Any, what: str) -> PopagentError:
@@ -53,6 +76,7 @@ def error_from_body(status: int, body: Any, what: str) -> PopagentError:
     fields = body if isinstance(body, dict) else {}
     code = _text(fields.get("error"))
     message = _text(fields.get("message"))
+    message = None if message is None else in_client_words(message)
     field = _text(fields.get("field"))
     if status == 422 and code == "validation_error":
         field = field or "body"

@@ -48,6 +48,7 @@ from .shapes import (
 )
 
 __all__ = [
+    "EMPTY_MEMORY",
     "FACT_HISTORY_SPEC",
     "FORGET_FACT_SPEC",
     "LIST_FACTS_SPEC",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 NO_MEMORIES = "No relevant long-term memories."
+EMPTY_MEMORY = "This memory is empty: nothing has been remembered in it yet."
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +164,18 @@ class McpRememberTool(McpTool):
     HINTS = ToolHints(title="Remember a fact", read_only=False, idempotent=True)
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-        return await _REMEMBER.run(ctx, arguments)
+        outcome = await _REMEMBER.run(ctx, arguments)
+        if outcome.outcome == "ok":
+            # One short text: its vectors are written before the call returns (the model
+            # runs off the event loop), so a recall right after finds it by meaning too,
+            # not only by its words. A long backlog is left to the background worker.
+            await ctx.memory.catch_up_vectors(ctx.resource_id, timeout=REMEMBER_VECTOR_WAIT_S)
+        return outcome
 
 
 _REMEMBER = RememberTool()
+#: How long ``remember`` waits for its memory's vectors (the first call loads the model).
+REMEMBER_VECTOR_WAIT_S = 15.0
 
 # --- recall -------------------------------------------------------------------------------
 
@@ -238,7 +248,22 @@ class RecallTool(McpTool):
             "reason": report.reason,
             "pending_vectors": report.pending,
         }
-        return ToolOutcome.ok(block or NO_MEMORIES)
+        text = block or await _nothing_recalled(ctx)
+        if report.pending:
+            # Many clients drop structuredContent: the text says it too.
+            wait = "memory waits for its" if report.pending == 1 else "memories wait for their"
+            text += (
+                f"\n\n({report.pending:,} {wait} vectors: found by words only until "
+                "then, not by meaning.)"
+            )
+        return ToolOutcome.ok(text)
+
+
+async def _nothing_recalled(ctx: ToolContext) -> str:
+    """What an empty recall says: a miss, or a memory nothing was ever written to."""
+    if await ctx.memory.list(ctx.resource_id, MemoryFilter(limit=1)):
+        return NO_MEMORIES
+    return EMPTY_MEMORY
 
 
 # --- facts --------------------------------------------------------------------------------

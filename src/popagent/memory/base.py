@@ -7,7 +7,9 @@ plain functions of a ``MemoryBase`` in the modules beside it (``recall``,
 
 Writes never embed: a memory's vectors are written after it commits, by the
 vector worker (``memory.vector_worker``), which every write notifies. The
-methods here let a caller wait for them (``wait_for_vectors``), count them
+methods here let a caller wait for them (``wait_for_vectors``, or
+``catch_up_vectors`` for a short backlog, as a short-lived command or a tool
+call that must see its own write does), count them
 (``pending_vectors``), load the model ahead of the first recall (``warm_up``)
 and stop the worker (``aclose``, which ``popagent.connect`` calls).
 """
@@ -25,10 +27,20 @@ from .ranking import DEFAULT_WEIGHTS, RankingWeights
 from .validation import check_id
 from .vector_worker import VectorProgress, VectorWorker
 
-__all__ = ["DEFAULT_VECTOR_WAIT_S", "MemoryBase", "check_memory_id"]
+__all__ = [
+    "CATCH_UP_MAX",
+    "CATCH_UP_S",
+    "DEFAULT_VECTOR_WAIT_S",
+    "MemoryBase",
+    "check_memory_id",
+]
 
 #: How long ``wait_for_vectors`` waits by default.
 DEFAULT_VECTOR_WAIT_S = 60.0
+#: ``catch_up_vectors`` writes a backlog of at most this many memories, waiting at most
+#: ``CATCH_UP_S``; a longer one is left to the background worker (``serve``, ``embed``).
+CATCH_UP_MAX = 256
+CATCH_UP_S = 30.0
 
 
 def check_memory_id(value: object, field: str = "id") -> int:
@@ -91,6 +103,28 @@ class MemoryBase:
         return await self._worker.wait(
             resource_id, float(timeout) if math.isfinite(timeout) else 1e9
         )
+
+    async def catch_up_vectors(
+        self,
+        resource_id: str,
+        *,
+        most: int = CATCH_UP_MAX,
+        timeout: float = CATCH_UP_S,  # noqa: ASYNC109
+    ) -> int:
+        """Write the vectors of a short backlog now; how many memories still lack them.
+
+        When at most ``most`` memories of ``resource_id`` wait (a write just made, a
+        few from another process), this is ``wait_for_vectors(timeout=timeout)``, so
+        a recall right after finds them by meaning too; a longer backlog is left to
+        the background worker and only counted. The model runs off the event loop.
+        Without an embedder it returns 0.
+        """
+        if self._worker is None:
+            return 0
+        pending = await self.pending_vectors(resource_id, cap=most + 1)
+        if 0 < pending <= most:
+            return await self.wait_for_vectors(resource_id, timeout=timeout)
+        return pending
 
     async def pending_vectors(self, resource_id: str, *, cap: int = 1_000_000) -> int:
         """How many memories of ``resource_id`` still wait for their vectors (counted

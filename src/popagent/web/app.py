@@ -37,6 +37,7 @@ from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
 from .logins import LoginLimits, LoginStore
 from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
+from .openapi_text import install as install_openapi_text
 from .scheduler import MaintenanceScheduler
 from .services import Services
 
@@ -154,6 +155,7 @@ def create_app(
         redoc_url=None,
         openapi_url="/openapi.json",
     )
+    install_openapi_text(app)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

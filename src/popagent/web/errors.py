@@ -125,6 +125,21 @@ def _validation_message(errors: Sequence[Any]) -> tuple[int, str, str, str | Non
     return 422, "validation_error", message, field
 
 
+def _not_an_object(errors: Sequence[Any]) -> bool:
+    """Whether the first error is "the body is not an object" (pydantic's words for it,
+    "Input should be a valid dictionary", say nothing of what to send instead)."""
+    return bool(errors) and dict(errors[0]).get("type") in ("dict_type", "model_attributes_type")
+
+
+def _body_not_an_object(content_type: str) -> str:
+    """What to send instead: a JSON object, with its content type."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        sent = f"this request's is {kind[:80]!r}" if kind else "this request has none"
+        return f"body: send a JSON object, with the header content-type: application/json ({sent})"
+    return "body: must be a JSON object ({...}), not another JSON value"
+
+
 #: Paths whose unknown routes get the JSON error body; any other unknown path is a
 #: GUI address and gets the HTML 404 page.
 _JSON_PATHS = ("/api/", "/api", "/openapi.json", "/healthz", "/static/", "/mcp")
@@ -136,6 +151,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_request_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         status, error, message, field = _validation_message(exc.errors())
+        if field == "body" and _not_an_object(exc.errors()):
+            message = _body_not_an_object(request.headers.get("content-type", ""))
         return error_response(status, error, message, field)
 
     async def on_http(request: Request, exc: Exception) -> Response:

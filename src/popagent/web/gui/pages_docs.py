@@ -8,7 +8,8 @@ each operation by tag (method, path, what it does, its parameters, its body and
 its responses) and every schema with its fields, each type linking to its schema.
 
 Invariants: the page is built from ``app.openapi()`` only, so it can never
-disagree with the document; every value is escaped by the template.
+disagree with the document; every value is escaped by the template, and every
+description by ``openapi_text.marked`` (which marks its code spans).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..openapi_text import marked
 from .rendering import page
 from .routing import HtmlRoute
 
@@ -108,7 +110,7 @@ def operations(document: dict[str, Any]) -> dict[str, list[Operation]]:
                 method=method.upper(),
                 path=path,
                 summary=op.get("summary", ""),
-                description=op.get("description", ""),
+                description=marked(op.get("description", "")),
             )
             for p in op.get("parameters", []):
                 entry.parameters.append(
@@ -116,7 +118,7 @@ def operations(document: dict[str, Any]) -> dict[str, list[Operation]]:
                         p["name"],
                         type_of(p.get("schema", {})),
                         bool(p.get("required")),
-                        p.get("description", ""),
+                        marked(p.get("description", "")),
                         p.get("in", ""),
                     )
                 )
@@ -125,21 +127,25 @@ def operations(document: dict[str, Any]) -> dict[str, list[Operation]]:
             for status, response in op.get("responses", {}).items():
                 schema = _json_schema(response.get("content"))
                 entry.responses.append(
-                    (status, response.get("description", ""), type_of(schema) if schema else None)
+                    (
+                        status,
+                        marked(response.get("description", "")),
+                        type_of(schema) if schema else None,
+                    )
                 )
             by_tag.setdefault((op.get("tags") or ["other"])[0], []).append(entry)
     return by_tag
 
 
 def _schemas(document: dict[str, Any]) -> list[tuple[str, str, list[Field]]]:
-    shown = []
+    shown: list[tuple[str, str, list[Field]]] = []
     for name, schema in sorted(document.get("components", {}).get("schemas", {}).items()):
         required = set(schema.get("required", []))
         fields = [
-            Field(prop, type_of(spec), prop in required, spec.get("description", ""))
+            Field(prop, type_of(spec), prop in required, marked(spec.get("description", "")))
             for prop, spec in schema.get("properties", {}).items()
         ]
-        shown.append((name, schema.get("description", ""), fields))
+        shown.append((name, marked(schema.get("description", "")), fields))
     return shown
 
 
@@ -151,6 +157,7 @@ async def api_reference(request: Request) -> Response:
         "api_docs.html",
         active="docs",
         info=document.get("info", {}),
+        info_description=marked(document.get("info", {}).get("description", "")),
         tags=operations(document),
         schemas=_schemas(document),
         names={name for name, _, _ in _schemas(document)},

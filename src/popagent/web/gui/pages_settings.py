@@ -55,7 +55,7 @@ class SettingGroup:
 
 #: Each group's title, which settings it takes, and whether it is advanced.
 GROUPS: tuple[tuple[str, Callable[[str], bool], bool], ...] = (
-    ("Recall", lambda n: n == "retrieval_scope", False),
+    ("Looking up earlier messages", lambda n: n == "retrieval_scope", False),
     ("Retention", lambda n: n.startswith("retained_context_"), False),
     ("Model instructions", lambda n: n.endswith("_guidance"), False),
     ("Buffering", lambda n: any(part in n for part in _BUFFERING), True),
@@ -71,7 +71,7 @@ GROUPS: tuple[tuple[str, Callable[[str], bool], bool], ...] = (
 )
 #: The order the groups are shown in: the everyday ones first, then the advanced.
 _SHOWN = (
-    "Recall",
+    "Looking up earlier messages",
     "Retention",
     "Model instructions",
     "Observation",
@@ -83,7 +83,7 @@ _ADVANCED = {title for title, _, advanced in GROUPS if advanced} | {"Other"}
 
 #: Plain labels; the setting's name (what the CLI and API take) is shown beside each.
 LABELS: dict[str, str] = {
-    "retrieval_scope": "Which conversations' notes a turn sees",
+    "retrieval_scope": "Where the model may look up a chat's exact earlier messages",
     "retained_context_percent": "Recent messages kept word for word",
     "retained_context_tokens": "Recent messages kept word for word",
     "observer_guidance": "Extra instructions for note-taking",
@@ -105,6 +105,18 @@ LABELS: dict[str, str] = {
     "temporal_markers": "Mark the time between messages in the notes",
     "forward_attachments": "Attachments the note-taker sees",
     "previous_observation_tokens": "Earlier notes shown to the note-taker",
+}
+
+
+#: What a setting does, in plain words, before its reference help (which names the
+#: observational-memory terms the CLI and API docs use).
+PLAIN: dict[str, str] = {
+    "retrieval_scope": (
+        "Once a long chat has been condensed into notes, the model can ask for the exact "
+        "messages a note was made from. off: it cannot; thread: from the same chat only; "
+        "resource: from every chat of this resource (never another resource's). This is "
+        "not long-term memory, which every turn recalls whatever this says."
+    ),
 }
 
 
@@ -176,6 +188,7 @@ def _page(
         status_code=status_code,
         groups=group_settings(),
         labels={name: label(setting) for name, setting in _BY_NAME.items()},
+        plain=PLAIN,
         server=_server_facts(request),
         stored=stored,
         form=form,

@@ -63,14 +63,20 @@ NOTICES = {
 def _when(value: datetime | None) -> str:
     if value is None:
         return "never"
-    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return _unbroken(value.strftime("%Y-%m-%d %H:%M:%S %Z").strip())
 
 
 def _when_short(value: datetime | None) -> str:
     """To the minute, for a table cell (the full time is in the ``<time>`` element)."""
     if value is None:
         return "never"
-    return value.strftime("%Y-%m-%d %H:%M")
+    return _unbroken(value.strftime("%Y-%m-%d %H:%M"))
+
+
+def _unbroken(text: str) -> Markup:
+    """A date and time as one unbreakable phrase (``.when``): a narrow screen moves it to
+    the next line whole instead of splitting it at a hyphen ("2026-" / "12-07")."""
+    return Markup('<span class="when">{}</span>').format(text)
 
 
 def _past(value: datetime | None) -> bool:
@@ -175,6 +181,7 @@ def page(
         csrf_token=token,
         active=active,
         token_configured=s.config.token is not None or s.config.multi_resource,
+        multi_resource=s.config.multi_resource,
         manages_keys=_manages_keys(request, s),
         **context,
     )

@@ -175,7 +175,8 @@
   input.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      form.requestSubmit();
+      // Not while a turn runs, nor on a server without a model (the button says why).
+      if (!send.disabled) form.requestSubmit();
     }
   });
 })();
