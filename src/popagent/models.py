@@ -165,6 +165,13 @@ class Memory(_JsonFields):
     tool_call_id: str | None = None
     expires_at: datetime | None = None
     version: int = 1
+    #: What this memory was derived from (``FactOptions.based_on``): fact keys (text)
+    #: and memory ids (numbers). Empty: based on nothing.
+    based_on: tuple[str | int, ...] = ()
+    #: Set when a source changed, expired or went (migration 0022): when it did, and
+    #: which (its key, or ``#`` and its id). ``confirm_memory`` clears both.
+    stale_since: datetime | None = None
+    stale_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +231,10 @@ class FactOptions(TypedDict, total=False):
     importance: float
     session_id: str | None
     expires_at: datetime | None
+    #: What the fact was derived from: fact keys (text) and memory ids (numbers) of
+    #: the same resource, at most 16. When one of them changes, expires or is
+    #: deleted, the fact is marked stale (``Memory.stale_since``), never deleted.
+    based_on: Sequence[str | int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,12 +319,15 @@ class ScoreComponent:
 class RecallResult:
     """A recalled memory with the explanation of its rank.
 
-    ``score`` is exactly the sum of the components' contributions.
+    ``score`` is exactly the sum of the components' contributions. ``until`` is
+    set on a fact's past value (recall as of a date, or a question about a past
+    period): ``memory`` is the value it had from ``memory.updated_at`` until then.
     """
 
     memory: Memory
     score: float
     components: tuple[ScoreComponent, ...]
+    until: datetime | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -323,6 +337,7 @@ class RecallResult:
                 c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
                 for c in self.components
             },
+            "until": self.until.isoformat() if self.until is not None else None,
         }
 
     @classmethod
@@ -346,7 +361,12 @@ class RecallResult:
         def to_json(value: RecallResult) -> Any:
             # ``wire`` (the return schema) then serializes the memory.
             components = RecallResult.to_json(value)["components"]
-            return {"memory": value.memory, "score": value.score, "components": components}
+            return {
+                "memory": value.memory,
+                "score": value.score,
+                "components": components,
+                "until": value.until,
+            }
 
         number = cs.typed_dict_field(cs.float_schema())
         component = cs.typed_dict_schema(
@@ -357,6 +377,9 @@ class RecallResult:
                 "memory": cs.typed_dict_field(handler.generate_schema(Memory)),
                 "score": cs.typed_dict_field(cs.float_schema()),
                 "components": cs.typed_dict_field(cs.dict_schema(cs.str_schema(), component)),
+                "until": cs.typed_dict_field(
+                    cs.nullable_schema(cs.datetime_schema()), required=False
+                ),
             },
             ref="RecallResult",
         )

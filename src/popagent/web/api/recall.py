@@ -44,6 +44,7 @@ def recall_json(query: str, report: RecallReport) -> bytes:
                         }
                         for c in r.components
                     },
+                    "until": r.until,
                 }
                 for r in results
             ],
