@@ -83,8 +83,8 @@ async def test_delete_expiry_and_purge_of_a_source_mark_dependents(
     assert trip.id in marked
     # An expired source changed when it expired (here the sweep ran ahead of time,
     # as maintenance given a later ``now`` does: the mark says when it really ran).
-    assert marked[trip.id].stale_since is not None
-    assert marked[trip.id].stale_since <= soon
+    since = marked[trip.id].stale_since
+    assert since is not None and since <= soon
     assert marked[trip.id].stale_source == "visa"
 
     await memory.delete(resource, commute.id, purge=True)
