@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 import numpy as np
@@ -235,6 +235,30 @@ class FactOptions(TypedDict, total=False):
     #: the same resource, at most 16. When one of them changes, expires or is
     #: deleted, the fact is marked stale (``Memory.stale_since``), never deleted.
     based_on: Sequence[str | int] | None
+
+
+#: The moments a recall may answer from, by name, with what each means: every surface
+#: (the API's body, the client, the CLI's options, MCP's arguments, the GUI's preview)
+#: takes these names and passes them on to ``LongTermMemory.recall`` by name.
+RECALL_MOMENTS: dict[str, str] = {
+    "as_of": (
+        "Answer from the world as it was then: each fact by the value that held then, "
+        "the episodes written by then. A date (2021-06-01, the end of that day, UTC) "
+        "or an ISO 8601 time with a time zone."
+    ),
+    "known_at": (
+        "Answer from what the store knew then (when each value was written and "
+        "replaced). A date or an ISO 8601 time with a time zone."
+    ),
+}
+
+
+class RecallOptions(TypedDict, total=False):
+    """The optional moments of a recall (``RECALL_MOMENTS`` says what each means):
+    a timezone-aware ``datetime``, a ``date``, or ISO 8601 text of either."""
+
+    as_of: datetime | date | str | None
+    known_at: datetime | date | str | None
 
 
 @dataclass(frozen=True, slots=True)
