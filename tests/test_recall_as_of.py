@@ -16,35 +16,14 @@ from popagent import LongTermMemory
 from popagent.errors import ValidationError
 from popagent.memory.render import render
 from popagent.memory.temporal import query_window
+from tests.time_support import moved_house
 from popagent.memory.versions import check_moment, past_period
-
-
-async def _moved(memory: LongTermMemory, resource: str) -> int:
-    """Paris from 2021-01-10 to 2022-03-01, then Lyon; a trip episode in 2021."""
-    first = await memory.remember(resource, "Lives in Paris", key="home.city")
-    await memory.remember(resource, "Lives in Lyon", key="home.city")
-    await memory.retain_episode(
-        resource, "s1", "I live near the Paris canal", "Nice!",
-        created_at=datetime(2021, 5, 1, tzinfo=UTC),
-    )  # fmt: skip
-    async with memory.pool.connection() as conn:
-        await conn.execute(
-            "UPDATE popagent_fact_versions SET valid_from = '2021-01-10T00:00Z',"
-            " valid_to = '2022-03-01T00:00Z' WHERE resource_id = %s",
-            (resource,),
-        )
-        await conn.execute(
-            "UPDATE popagent_memories SET created_at = '2021-01-10T00:00Z',"
-            " updated_at = '2022-03-01T00:00Z' WHERE resource_id = %s AND kind = 'fact'",
-            (resource,),
-        )
-    return first.memory.id
 
 
 async def test_as_of_answers_from_the_value_that_held_then(
     memory: LongTermMemory, resource: str
 ) -> None:
-    fact_id = await _moved(memory, resource)
+    fact_id = await moved_house(memory, resource)
     for moment in (date(2021, 6, 1), "2021-06-01", "2021-06-01T12:00:00+02:00"):
         results = await memory.recall(resource, "where do I live?", as_of=moment)
         contents = [r.memory.content for r in results]
@@ -71,7 +50,7 @@ async def test_as_of_answers_from_the_value_that_held_then(
 async def test_a_past_question_lets_the_value_of_then_compete(
     memory: LongTermMemory, resource: str
 ) -> None:
-    fact_id = await _moved(memory, resource)
+    fact_id = await moved_house(memory, resource)
     now = datetime(2024, 6, 1, tzinfo=UTC)
     past = await memory.recall(resource, "where did I live in 2021?", now=now)
     facts = [r for r in past if r.memory.kind == "fact"]

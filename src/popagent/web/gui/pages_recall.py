@@ -21,7 +21,7 @@ from ...memory.recall_report import RecallReport
 from ...memory.render import render
 from ...memory.validation import QUERY_CAP, check_query
 from ...memory.versions import check_moment
-from ...models import RECALL_MOMENTS
+from ...models import RECALL_MOMENTS, RecallOptions
 from ..services import Services, services
 from .forms import read_form
 from .rendering import page
@@ -92,11 +92,11 @@ async def recall(request: Request) -> Response:
     form = {"query": raw.get("query", ""), "limit": raw.get("limit", "").strip()}
     form |= {name: raw.get(name, "").strip() for name in RECALL_MOMENTS}
     errors: dict[str, str] = {}
-    moments = {}
+    moments: RecallOptions = {}
     for name in RECALL_MOMENTS:
         try:
             if form[name]:
-                moments[name] = check_moment(name, form[name])
+                moments[name] = check_moment(name, form[name])  # type: ignore[literal-required]
         except ValidationError as exc:
             errors[name] = exc.message
     query = ""
