@@ -36,6 +36,7 @@ from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from ..store.database import Conn
 from .base import MemoryBase
+from .newest import newest_first
 from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window
@@ -164,6 +165,26 @@ async def recall_report(
 
 
 async def _recall(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    limit: int,
+    now: datetime | None,
+    mode: RecallMode | None,
+    touch: bool,
+    moment: datetime | None = None,
+) -> tuple[list[RecallResult], RecallMode]:
+    """The ranked results, the newest value first for a question in the present
+    tense (``memory.newest``; not as of a moment, nor for a past period)."""
+    results, ran = await _ranked(self, resource_id, query, limit, now, mode, touch, moment)
+    if moment is None and len(results) > 1:
+        at = now or datetime.now(UTC)
+        if past_period(query, query_window(query.strip(), at), at) is None:
+            results = newest_first(results, query)
+    return results, ran
+
+
+async def _ranked(
     self: MemoryBase,
     resource_id: str,
     query: str,
