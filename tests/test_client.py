@@ -865,7 +865,7 @@ def test_recall_as_of_and_derived_facts(client: Client) -> None:
     between = datetime.now(UTC)  # after the first value was written, before the second
     client.put_fact(f"home-{tag}", f"Lives in Lyon {tag}")
     for moment in ({"as_of": between}, {"known_at": between.isoformat()}):
-        preview = client.recall(f"where do I live {tag}?", **moment)  # type: ignore[arg-type]
+        preview = client.recall(f"where do I live {tag}?", **moment)
         facts = [r for r in preview.results if r.memory.kind == "fact"]
         assert [(r.memory.id, r.memory.content) for r in facts] == [(city.id, city.content)]
         assert facts[0].until is not None and "past value" in preview.rendered

@@ -16,8 +16,8 @@ from popagent import LongTermMemory
 from popagent.errors import ValidationError
 from popagent.memory.render import render
 from popagent.memory.temporal import query_window
-from tests.time_support import moved_house
 from popagent.memory.versions import check_moment, past_period
+from tests.time_support import moved_house
 
 
 async def test_as_of_answers_from_the_value_that_held_then(

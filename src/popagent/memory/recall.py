@@ -207,10 +207,13 @@ async def _ranked(
         # This process works on the resource: rows written elsewhere get vectors too.
         self._worker.notify(resource_id)
     if mode == "lexical" or self._embedder is None:
-        if period is None:
-            return await _lexical(self, resource_id, query, limit, now, window, touch), "lexical"
-        results = await _lexical_with_past(self, resource_id, query, limit, now, window, period)
-        return await _touched(self, resource_id, results, touch), "lexical"
+        if period is not None:
+            with_past = await _lexical_with_past(
+                self, resource_id, query, limit, now, window, period
+            )
+            if with_past is not None:
+                return await _touched(self, resource_id, with_past, touch), "lexical"
+        return await _lexical(self, resource_id, query, limit, now, window, touch), "lexical"
     embedder = self._embedder
     pool = recall_pool(limit)
     # The question is embedded in a worker thread while the lexical statements run.
@@ -335,19 +338,21 @@ async def _lexical_with_past(
     now: datetime,
     window: TimeWindow | None,
     period: tuple[datetime, datetime],
-) -> list[RecallResult]:
+) -> list[RecallResult] | None:
     """Lexical recall in which the values facts held during ``period`` compete: the
-    pure ranking over the current candidates and those earlier values."""
+    pure ranking over the current candidates and those earlier values; ``None``
+    when no earlier value matches (the one-statement lexical recall then runs)."""
     pool = recall_pool(limit)
     async with self._pool.connection() as conn:
         stats = await recall_sql.corpus_stats(conn, resource_id, query)
+        held = await past_sql.held_during(
+            conn, resource_id, recall_sql.scored_lexemes(stats), *period, pool
+        )
+        if not held:
+            return None
+        past = Relabelled.of(held)
         found = await recall_sql.candidates(
             conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
-        )
-        past = Relabelled.of(
-            await past_sql.held_during(
-                conn, resource_id, recall_sql.scored_lexemes(stats), *period, pool
-            )
         )
     ranked = rank(
         found + past.candidates, stats, now=now, limit=limit, weights=self.weights, window=window
