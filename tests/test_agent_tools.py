@@ -272,6 +272,7 @@ async def test_secret_tools_are_offered_only_with_a_secret_store(
         "key",
         "importance",
         "expires_at",
+        "based_on",
     }
 
 
@@ -315,7 +316,7 @@ def test_check_arguments_names_the_argument_never_the_value() -> None:
     assert check_arguments(schema, {"content": "x", "importance": 0}) is None
     problem = check_arguments(schema, {"content": "x", "password": "hunter22"})
     assert problem == (
-        "unknown argument 'password' (this tool accepts: content, key, importance, expires_at)"
+        "unknown argument 'password' (this tool accepts: content, key, importance, expires_at, based_on)"
     )
     assert check_arguments(schema, {"content": "x", "importance": float("nan")}) == (
         "argument 'importance' must be a finite number"

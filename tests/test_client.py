@@ -857,3 +857,33 @@ async def test_purge_empties_the_resource_in_both_clients(
         assert again.count("popagent_memories") == 1 and again.count("popagent_sessions") == 0
         assert (await aclient.list()).items == ()
         assert [m async for m in aclient.iter()] == []
+
+
+def test_recall_as_of_and_derived_facts(client: Client) -> None:
+    """``as_of``/``known_at`` on recall and ``based_on`` on writes, through the blocking
+    client (generated from the asyncio one) against ``popagent serve``."""
+    tag = uuid.uuid4().hex[:10]
+    city = client.put_fact(f"home-{tag}", f"Lives in Paris {tag}")
+    between = datetime.now(UTC)  # after the first value was written, before the second
+    client.put_fact(f"home-{tag}", f"Lives in Lyon {tag}")
+    for moment in ({"as_of": between}, {"known_at": between.isoformat()}):
+        preview = client.recall(f"where do I live {tag}?", **moment)
+        facts = [r for r in preview.results if r.memory.kind == "fact"]
+        assert [(r.memory.id, r.memory.content) for r in facts] == [(city.id, city.content)]
+        assert facts[0].until is not None and "past value" in preview.rendered
+    now = client.recall(f"where do I live {tag}?")
+    assert [r.memory.content for r in now.results] == [f"Lives in Lyon {tag}"]
+    with pytest.raises(ValidationError) as bad:
+        client.recall("anything", as_of="whenever")
+    assert bad.value.field == "as_of"
+
+    airport = client.put_fact(f"airport-{tag}", f"Airport LYS {tag}", based_on=[f"home-{tag}"])
+    lounge = client.create_fact(f"Lounge {tag}", based_on=[airport.id])
+    assert airport.based_on == (f"home-{tag}",) and lounge.based_on == (airport.id,)
+    client.put_fact(f"home-{tag}", f"Lives in Nice {tag}")
+    stale = {m.id: m for m in client.stale(limit=1000)}
+    assert stale[airport.id].stale_source == f"home-{tag}" and lounge.id in stale
+    assert client.confirm(airport.id).stale_since is None
+    assert airport.id not in {m.id for m in client.stale(limit=1000)}
+    cleared = client.update_fact(lounge.id, based_on=[])
+    assert cleared.based_on == () and cleared.stale_since is None

@@ -591,7 +591,7 @@ async def test_unknown_tools_and_arguments_are_tool_errors(
         assert extra.is_error
         assert text_of(extra) == (
             "Refused, the tool did not run: unknown arguments 'resourceId', 'top_k' "
-            "(this tool accepts: query, limit)." + RESOURCE_HINT
+            "(this tool accepts: query, limit, as_of, known_at)." + RESOURCE_HINT
         )
         plain = await client.call_tool("list_facts", {"verbose": True})
         assert text_of(plain) == (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 import numpy as np
@@ -165,6 +165,13 @@ class Memory(_JsonFields):
     tool_call_id: str | None = None
     expires_at: datetime | None = None
     version: int = 1
+    #: What this memory was derived from (``FactOptions.based_on``): fact keys (text)
+    #: and memory ids (numbers). Empty: based on nothing.
+    based_on: tuple[str | int, ...] = ()
+    #: Set when a source changed, expired or went (migration 0022): when it did, and
+    #: which (its key, or ``#`` and its id). ``confirm_memory`` clears both.
+    stale_since: datetime | None = None
+    stale_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +231,34 @@ class FactOptions(TypedDict, total=False):
     importance: float
     session_id: str | None
     expires_at: datetime | None
+    #: What the fact was derived from: fact keys (text) and memory ids (numbers) of
+    #: the same resource, at most 16. When one of them changes, expires or is
+    #: deleted, the fact is marked stale (``Memory.stale_since``), never deleted.
+    based_on: Sequence[str | int] | None
+
+
+#: The moments a recall may answer from, by name, with what each means: every surface
+#: (the API's body, the client, the CLI's options, MCP's arguments, the GUI's preview)
+#: takes these names and passes them on to ``LongTermMemory.recall`` by name.
+RECALL_MOMENTS: dict[str, str] = {
+    "as_of": (
+        "Answer from the world as it was then: each fact by the value that held then, "
+        "the episodes written by then. A date (2021-06-01, the end of that day, UTC) "
+        "or an ISO 8601 time with a time zone."
+    ),
+    "known_at": (
+        "Answer from what the store knew then (when each value was written and "
+        "replaced). A date or an ISO 8601 time with a time zone."
+    ),
+}
+
+
+class RecallOptions(TypedDict, total=False):
+    """The optional moments of a recall (``RECALL_MOMENTS`` says what each means):
+    a timezone-aware ``datetime``, a ``date``, or ISO 8601 text of either."""
+
+    as_of: datetime | date | str | None
+    known_at: datetime | date | str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +343,9 @@ class ScoreComponent:
 class RecallResult:
     """A recalled memory with the explanation of its rank.
 
-    ``score`` is exactly the sum of the components' contributions.
+    ``score`` is exactly the sum of the components' contributions. ``until`` is
+    set on a fact's past value (recall as of a date, or a question about a past
+    period): ``memory`` is the value it had from ``memory.updated_at`` until then.
     """
 
     memory: Memory
@@ -319,6 +356,7 @@ class RecallResult:
     #: ``whole store``, ``next turn`` (the reply after a result); "" where the
     #: ranking does not say (lexical recall: always words).
     evidence: str = ""
+    until: datetime | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -329,6 +367,7 @@ class RecallResult:
                 c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
                 for c in self.components
             },
+            "until": self.until.isoformat() if self.until is not None else None,
         }
 
     @classmethod
@@ -357,6 +396,7 @@ class RecallResult:
                 "score": value.score,
                 "evidence": value.evidence,
                 "components": components,
+                "until": value.until,
             }
 
         number = cs.typed_dict_field(cs.float_schema())
@@ -369,6 +409,9 @@ class RecallResult:
                 "score": cs.typed_dict_field(cs.float_schema()),
                 "evidence": cs.typed_dict_field(cs.str_schema(), required=False),
                 "components": cs.typed_dict_field(cs.dict_schema(cs.str_schema(), component)),
+                "until": cs.typed_dict_field(
+                    cs.nullable_schema(cs.datetime_schema()), required=False
+                ),
             },
             ref="RecallResult",
         )

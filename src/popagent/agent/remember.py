@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import PopagentError, ValidationError
 from ..llm._tool_spec import SpecTool, object_schema, string_arg
 from ..llm.protocol import ToolSpec
+from ..memory.derived import BASED_ON_CAP
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP
 from .tools import ToolContext, ToolOutcome
 
@@ -76,6 +77,18 @@ REMEMBER_SPEC = ToolSpec(
                 ),
                 max_length=EXPIRES_AT_CHARS,
             ),
+            "based_on": {
+                "type": "array",
+                "maxItems": BASED_ON_CAP,
+                "items": {"type": ["string", "integer"]},
+                "description": (
+                    "Fill it when the fact was worked out from other memories: their keys "
+                    "(e.g. 'profile.home_city') or ids (as recall shows them, e.g. 12). "
+                    "Example: 'Nearest airport is Lyon-Saint Exupery' is based on "
+                    "['profile.home_city']. When a source changes, this fact is marked "
+                    "as possibly stale instead of silently going wrong."
+                ),
+            },
         },
         ["content"],
     ),
@@ -102,7 +115,7 @@ def parse_expires_at(value: object) -> datetime | None:
 
 
 class RememberTool(SpecTool):
-    """``remember(content, key?, importance?, expires_at?)`` over the context's
+    """``remember(content, key?, importance?, expires_at?, based_on?)`` over the context's
     ``LongTermMemory``, recording the context's provenance."""
 
     SPEC = REMEMBER_SPEC
@@ -117,6 +130,7 @@ class RememberTool(SpecTool):
                 session_id=ctx.session_id,
                 expires_at=parse_expires_at(arguments.get("expires_at")),
                 provenance=ctx.provenance,
+                based_on=arguments.get("based_on"),
             )
         except PopagentError as exc:
             return ToolOutcome.refused(
@@ -126,6 +140,8 @@ class RememberTool(SpecTool):
         where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
         if fact.expires_at is not None:
             where += f", expiring {fact.expires_at.astimezone(UTC).isoformat()}"
+        if fact.based_on:
+            where += ", based on " + ", ".join(map(str, fact.based_on))
         if result.action == "created":
             text = f"Stored: created {where}: {fact.content}"
         elif result.action == "updated":

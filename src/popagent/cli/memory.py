@@ -19,7 +19,15 @@ from ..errors import NotFoundError
 from ..memory.longterm import LongTermMemory
 from ..memory.render import render
 from ..memory.validation import filter_from
-from ..models import FactVersion, Kind, Memory, MemoryFilter, Provenance
+from ..models import (
+    RECALL_MOMENTS,
+    FactVersion,
+    Kind,
+    Memory,
+    MemoryFilter,
+    Provenance,
+    RecallOptions,
+)
 from .common import (
     Settings,
     emit_json,
@@ -89,12 +97,41 @@ def _expires_at(value: str | None) -> datetime | None:
     return parse_when(value, "--expires-at")
 
 
+#: ``--based-on``, repeatable: what a fact was derived from.
+_based_on_option = click.option(
+    "--based-on",
+    "based_on",
+    multiple=True,
+    help="What the fact was derived from: a fact key, or a memory id (digits); repeat for "
+    "several. When one changes or goes, the fact is marked stale (`facts stale`).",
+)
+
+
+def _sources(values: tuple[str, ...]) -> list[str | int] | None:
+    """``--based-on`` values: digits are a memory id, anything else a fact key."""
+    return [int(v) if v.isascii() and v.isdigit() else v for v in values] or None
+
+
+def _moment_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--as-of`` and ``--known-at`` (``RECALL_MOMENTS``), passed on as ``moments``."""
+
+    @functools.wraps(command)
+    def with_moments(*args: Any, **options: Any) -> None:
+        moments = {name: options.pop(name) for name in RECALL_MOMENTS}
+        command(*args, moments={k: v for k, v in moments.items() if v is not None}, **options)
+
+    for name, help in reversed(RECALL_MOMENTS.items()):
+        with_moments = click.option("--" + name.replace("_", "-"), name, help=help)(with_moments)
+    return with_moments
+
+
 @click.command()
 @click.argument("content")
 @click.option("--key", help="Stable semantic key (e.g. ui.theme); replaces that key's fact.")
 @click.option("--importance", type=float, default=0.5, show_default=True, help="In [0, 1].")
 @click.option("--session-id", help="Originating session.")
 @click.option("--expires-at", help=_EXPIRES_HELP)
+@_based_on_option
 @click.option("--json", "as_json", is_flag=True, help="Print the stored fact as JSON.")
 @click.pass_context
 def remember(
@@ -104,6 +141,7 @@ def remember(
     importance: float,
     session_id: str | None,
     expires_at: str | None,
+    based_on: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Store a durable fact (upsert by --key; identical keyless facts are kept once).
@@ -120,6 +158,7 @@ def remember(
             session_id=session_id,
             expires_at=expiry,
             provenance=CLI,
+            based_on=_sources(based_on),
         ),
     )
     if as_json:
@@ -142,15 +181,23 @@ def remember(
     show_default=True,
     help="Rendered block's character budget.",
 )
+@_moment_options
 @click.pass_context
 def recall(
-    ctx: click.Context, query: str, limit: int, as_json: bool, explain: bool, budget: int
+    ctx: click.Context,
+    query: str,
+    limit: int,
+    as_json: bool,
+    explain: bool,
+    budget: int,
+    moments: RecallOptions,
 ) -> None:
     """Recall the memories most relevant to QUERY and print the labelled block.
 
     Memories stored since the last command may still lack their vectors (the
-    server writes them in the background): up to 256 are written here first."""
-    report, empty = run(ctx, lambda app, r: _recall_caught_up(app.memory, r, query, limit))
+    server writes them in the background): up to 256 are written here first.
+    `--as-of 2021-06-01` answers from the world as it was then."""
+    report, empty = run(ctx, lambda app, r: _recall_caught_up(app.memory, r, query, limit, moments))
     results = report.results
     block = render(results, budget=budget)
     if report.pending:
@@ -176,14 +223,14 @@ def recall(
 
 
 async def _recall_caught_up(
-    memory: LongTermMemory, resource_id: str, query: str, limit: int
+    memory: LongTermMemory, resource_id: str, query: str, limit: int, moments: RecallOptions
 ) -> tuple[RecallReport, str | None]:
     """The recall of ``query``, and when it found nothing because nothing was ever
     written to the resource, the sentence that says so (a miss reads differently)."""
     # A command lives too short for the background worker: a short backlog of pending
     # vectors is written first (``catch_up_vectors``); a longer one is left to serve/embed.
     await memory.catch_up_vectors(resource_id)
-    report = await memory.recall_report(resource_id, query, limit=limit)
+    report = await memory.recall_report(resource_id, query, limit=limit, **moments)
     if report.results or await memory.list(resource_id, MemoryFilter(limit=1)):
         return report, None
     return report, (
@@ -257,19 +304,57 @@ def facts_show(ctx: click.Context, fact: str) -> None:
 @click.option("--key")
 @click.option("--importance", type=float, default=0.5, show_default=True)
 @click.option("--expires-at", help=_EXPIRES_HELP)
+@_based_on_option
 @click.pass_context
 def facts_add(
-    ctx: click.Context, content: str, key: str | None, importance: float, expires_at: str | None
+    ctx: click.Context,
+    content: str,
+    key: str | None,
+    importance: float,
+    expires_at: str | None,
+    based_on: tuple[str, ...],
 ) -> None:
     """Strictly create a fact (an existing key is an error; use `remember` to upsert)."""
     expiry = _expires_at(expires_at)
     fact = run(
         ctx,
         lambda app, r: app.memory.create_fact(
-            r, content, key=key, importance=importance, expires_at=expiry, provenance=CLI
+            r,
+            content,
+            key=key,
+            importance=importance,
+            expires_at=expiry,
+            provenance=CLI,
+            based_on=_sources(based_on),
         ),
     )
     click.echo(f"created fact {fact.id}")
+
+
+@facts.command("stale")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def facts_stale(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """List the memories marked stale: a source they were based on changed or went.
+
+    `facts confirm ID` clears a mark; `facts delete ID` forgets the fact."""
+    rows = run(ctx, lambda app, r: app.memory.stale(r, limit=limit))
+    print_rows(rows, as_json, to_json=Memory.to_json, line=_stale_line, none="No stale memories.")
+
+
+def _stale_line(m: Memory) -> str:
+    since = m.stale_since.date().isoformat() if m.stale_since else "-"
+    return f"{memory_line(m)}  (based on {m.stale_source}, changed {since})"
+
+
+@facts.command("confirm")
+@click.argument("id", type=click.IntRange(1, ID_MAX))
+@click.pass_context
+def facts_confirm(ctx: click.Context, id: int) -> None:
+    """Confirm memory ID still holds: clear its stale mark."""
+    run(ctx, lambda app, r: app.memory.confirm(r, id))
+    click.echo(f"confirmed memory {id}")
 
 
 @facts.command("edit")

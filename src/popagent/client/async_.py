@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -38,6 +38,7 @@ from ..models import (
     Observations,
     Page,
     PurgeReport,
+    RecallOptions,
     RecallPreview,
     RevertReport,
     Session,
@@ -181,11 +182,15 @@ class AsyncClient:
         key: str | None = None,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        based_on: Sequence[str | int] | None = None,
     ) -> Memory:
         """Strict create: a taken ``key`` or an identical keyless fact is a ``ConflictError``.
-        ``expires_at`` (time-zone aware, in the future) ends the fact then."""
+        ``expires_at`` (time-zone aware, in the future) ends the fact then; ``based_on``
+        names what it was derived from (fact keys, memory ids)."""
         return await self._run(
-            calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
+            calls.create_fact(
+                content, key=key, importance=importance, expires_at=expires_at, based_on=based_on
+            )
         )
 
     async def put_fact(
@@ -195,11 +200,14 @@ class AsyncClient:
         *,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        based_on: Sequence[str | int] | None = None,
     ) -> Memory:
         """Set ``key``'s value: create its fact, or replace the value (kept as a version).
         Idempotent, the API's upsert by key; ``expires_at=None`` means it never expires."""
         return await self._run(
-            calls.put_fact(key, content, importance=importance, expires_at=expires_at)
+            calls.put_fact(
+                key, content, importance=importance, expires_at=expires_at, based_on=based_on
+            )
         )
 
     async def update_fact(
@@ -210,12 +218,19 @@ class AsyncClient:
         key: str | Unset | None = UNSET,
         importance: float | Unset = UNSET,
         expires_at: datetime | Unset | None = UNSET,
+        based_on: Sequence[str | int] | Unset = UNSET,
     ) -> Memory:
-        """Change what is given; ``key=None`` removes the fact's key and
-        ``expires_at=None`` its expiry. The replaced value is kept as a version."""
+        """Change what is given; ``key=None`` removes the fact's key,
+        ``expires_at=None`` its expiry and ``based_on=[]`` its sources. The replaced
+        value is kept as a version."""
         return await self._run(
             calls.update_fact(
-                id, content=content, key=key, importance=importance, expires_at=expires_at
+                id,
+                content=content,
+                key=key,
+                importance=importance,
+                expires_at=expires_at,
+                based_on=based_on,
             )
         )
 
@@ -230,9 +245,20 @@ class AsyncClient:
         ``ConflictError`` when its key or content is now another fact's."""
         return await self._run(calls.restore_fact(id, version))
 
-    async def recall(self, query: str, *, limit: int = 8) -> RecallPreview:
-        """What a turn would recall for ``query`` (a preview: access stats stay as they were)."""
-        return await self._run(calls.recall(query, limit=limit))
+    async def recall(
+        self, query: str, *, limit: int = 8, **moments: Unpack[RecallOptions]
+    ) -> RecallPreview:
+        """What a turn would recall for ``query`` (a preview: access stats stay as they were).
+        ``as_of``/``known_at`` (a date, a time or ISO text) answer from that moment."""
+        return await self._run(calls.recall(query, limit=limit, **moments))
+
+    async def stale(self, *, limit: int = 100) -> Sequence[Memory]:
+        """The memories marked stale (a source they were based on changed or went)."""
+        return await self._run(calls.stale(limit=limit))
+
+    async def confirm(self, id: int) -> Memory:
+        """Confirm memory ``id`` still holds: clear its stale mark."""
+        return await self._run(calls.confirm(id))
 
     async def cleanup(
         self, *, confirm: bool, kind: Kind | None = None, older_than: datetime | None = None

@@ -78,7 +78,11 @@ class RemoteBackend:
                     return await self._replace(page.items[0], content, importance, expires_at)
             try:
                 created = await self.client.create_fact(
-                    content, key=key, importance=importance, expires_at=expires_at
+                    content,
+                    key=key,
+                    importance=importance,
+                    expires_at=expires_at,
+                    based_on=options.get("based_on"),
                 )
                 return RememberResult(memory=created, action="created")
             except ConflictError:

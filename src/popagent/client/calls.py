@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import date, datetime
+from typing import Any, Generic, TypeVar, Unpack
 from urllib.parse import quote
 
 from ..errors import ValidationError
@@ -34,6 +34,7 @@ from ..models import (
     Observations,
     Page,
     PurgeReport,
+    RecallOptions,
     RecallPreview,
     RevertReport,
     Session,
@@ -172,24 +173,44 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def create_fact(
-    content: str, *, key: str | None, importance: float, expires_at: datetime | None
-) -> Call[Memory]:
+def _fact_body(
+    content: str,
+    importance: float,
+    expires_at: datetime | None,
+    based_on: Sequence[str | int] | None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"content": content, "importance": importance}
-    if key is not None:
-        body["key"] = key
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
+    if based_on:
+        body["based_on"] = list(based_on)
+    return body
+
+
+def create_fact(
+    content: str,
+    *,
+    key: str | None,
+    importance: float,
+    expires_at: datetime | None,
+    based_on: Sequence[str | int] | None = None,
+) -> Call[Memory]:
+    body = _fact_body(content, importance, expires_at, based_on)
+    if key is not None:
+        body["key"] = key
     return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,), name="create_fact")
 
 
 def put_fact(
-    key: str, content: str, *, importance: float, expires_at: datetime | None
+    key: str,
+    content: str,
+    *,
+    importance: float,
+    expires_at: datetime | None,
+    based_on: Sequence[str | int] | None = None,
 ) -> Call[Memory]:
     """``PUT /api/facts/by-key/{key}``: the upsert by key (201 created, 200 otherwise)."""
-    body: dict[str, Any] = {"content": content, "importance": importance}
-    if expires_at is not None:
-        body["expires_at"] = expires_at.isoformat()
+    body = _fact_body(content, importance, expires_at, based_on)
     path = f"/api/facts/by-key/{_seg(key)}"
     return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201), name="put_fact")
 
@@ -201,12 +222,15 @@ def update_fact(
     key: str | Unset | None,
     importance: float | Unset,
     expires_at: datetime | Unset | None,
+    based_on: Sequence[str | int] | Unset = UNSET,
 ) -> Call[Memory]:
     body: dict[str, Any] = {
         name: value
         for name, value in (("content", content), ("key", key), ("importance", importance))
         if not isinstance(value, Unset)
     }
+    if not isinstance(based_on, Unset):
+        body["based_on"] = list(based_on)  # []: the fact is based on nothing
     if not isinstance(expires_at, Unset):
         body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
     return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body, name="update_fact")
@@ -221,9 +245,25 @@ def restore_fact(id: int, version: int) -> Call[Memory]:
     return Call("POST", path, decoder(Memory), json={"version": version}, name="restore_fact")
 
 
-def recall(query: str, *, limit: int) -> Call[RecallPreview]:
-    body = {"query": query, "limit": limit}
+def recall(query: str, *, limit: int, **moments: Unpack[RecallOptions]) -> Call[RecallPreview]:
+    """``POST /api/recall``; each moment given (``RECALL_MOMENTS``) as ISO 8601 text."""
+    body: dict[str, Any] = {"query": query, "limit": limit}
+    for name, value in moments.items():
+        if isinstance(value, date):  # a datetime too
+            body[name] = value.isoformat()
+        elif value is not None:
+            body[name] = value
     return Call("POST", "/api/recall", decoder(RecallPreview), json=body, name="recall")
+
+
+def stale(*, limit: int) -> Call[list[Memory]]:
+    """``GET /api/memories/stale``: memories whose source changed or went."""
+    return Call("GET", "/api/memories/stale", decoder(list[Memory]), params={"limit": limit})
+
+
+def confirm(id: int) -> Call[Memory]:
+    """``POST /api/memories/{id}/confirm``: clear memory ``id``'s stale mark."""
+    return Call("POST", f"/api/memories/{_seg(id)}/confirm", decoder(Memory))
 
 
 def _deleted(data: Any) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -41,6 +41,7 @@ from ..models import (
     Observations,
     Page,
     PurgeReport,
+    RecallOptions,
     RecallPreview,
     RevertReport,
     Session,
@@ -184,11 +185,15 @@ class Client:
         key: str | None = None,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        based_on: Sequence[str | int] | None = None,
     ) -> Memory:
         """Strict create: a taken ``key`` or an identical keyless fact is a ``ConflictError``.
-        ``expires_at`` (time-zone aware, in the future) ends the fact then."""
+        ``expires_at`` (time-zone aware, in the future) ends the fact then; ``based_on``
+        names what it was derived from (fact keys, memory ids)."""
         return self._run(
-            calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
+            calls.create_fact(
+                content, key=key, importance=importance, expires_at=expires_at, based_on=based_on
+            )
         )
 
     def put_fact(
@@ -198,10 +203,15 @@ class Client:
         *,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        based_on: Sequence[str | int] | None = None,
     ) -> Memory:
         """Set ``key``'s value: create its fact, or replace the value (kept as a version).
         Idempotent, the API's upsert by key; ``expires_at=None`` means it never expires."""
-        return self._run(calls.put_fact(key, content, importance=importance, expires_at=expires_at))
+        return self._run(
+            calls.put_fact(
+                key, content, importance=importance, expires_at=expires_at, based_on=based_on
+            )
+        )
 
     def update_fact(
         self,
@@ -211,12 +221,19 @@ class Client:
         key: str | Unset | None = UNSET,
         importance: float | Unset = UNSET,
         expires_at: datetime | Unset | None = UNSET,
+        based_on: Sequence[str | int] | Unset = UNSET,
     ) -> Memory:
-        """Change what is given; ``key=None`` removes the fact's key and
-        ``expires_at=None`` its expiry. The replaced value is kept as a version."""
+        """Change what is given; ``key=None`` removes the fact's key,
+        ``expires_at=None`` its expiry and ``based_on=[]`` its sources. The replaced
+        value is kept as a version."""
         return self._run(
             calls.update_fact(
-                id, content=content, key=key, importance=importance, expires_at=expires_at
+                id,
+                content=content,
+                key=key,
+                importance=importance,
+                expires_at=expires_at,
+                based_on=based_on,
             )
         )
 
@@ -231,9 +248,20 @@ class Client:
         ``ConflictError`` when its key or content is now another fact's."""
         return self._run(calls.restore_fact(id, version))
 
-    def recall(self, query: str, *, limit: int = 8) -> RecallPreview:
-        """What a turn would recall for ``query`` (a preview: access stats stay as they were)."""
-        return self._run(calls.recall(query, limit=limit))
+    def recall(
+        self, query: str, *, limit: int = 8, **moments: Unpack[RecallOptions]
+    ) -> RecallPreview:
+        """What a turn would recall for ``query`` (a preview: access stats stay as they were).
+        ``as_of``/``known_at`` (a date, a time or ISO text) answer from that moment."""
+        return self._run(calls.recall(query, limit=limit, **moments))
+
+    def stale(self, *, limit: int = 100) -> Sequence[Memory]:
+        """The memories marked stale (a source they were based on changed or went)."""
+        return self._run(calls.stale(limit=limit))
+
+    def confirm(self, id: int) -> Memory:
+        """Confirm memory ``id`` still holds: clear its stale mark."""
+        return self._run(calls.confirm(id))
 
     def cleanup(
         self, *, confirm: bool, kind: Kind | None = None, older_than: datetime | None = None

@@ -95,6 +95,16 @@ MEMORY_SCHEMA = object_schema(
         "origin": _ORIGIN,
         "expires_at": _NULLABLE_TIME,
         "version": {"type": "integer", "minimum": 1},
+        "based_on": {
+            "type": "array",
+            "items": {"type": ["string", "integer"]},
+            "description": "What the memory was derived from: fact keys and memory ids.",
+        },
+        "stale_since": {
+            **_NULLABLE_TIME,
+            "description": "Set when a source changed or went: the memory may be stale.",
+        },
+        "stale_source": {**_NULLABLE_STRING, "description": "The source that changed."},
     },
 )
 
@@ -131,6 +141,10 @@ RECALL_RESULT_SCHEMA = object_schema(
                     "contribution": {"type": "number"},
                 }
             ),
+        },
+        "until": {
+            **_NULLABLE_TIME,
+            "description": "Set on a fact's past value: it held from memory.updated_at until then.",
         },
     },
 )

@@ -32,7 +32,7 @@ from ..llm._tool_spec import SpecTool, integer_arg, object_schema, string_arg
 from ..llm.protocol import ToolSpec
 from ..memory.render import render
 from ..memory.validation import KEY_CAP, QUERY_CAP, filter_from, normalize_key
-from ..models import FactVersion, Kind, Memory, MemoryFilter
+from ..models import RECALL_MOMENTS, FactVersion, Kind, Memory, MemoryFilter
 from .guidance import FALLIBLE, WORTH_REMEMBERING
 from .shapes import (
     FACT_VERSION_SCHEMA,
@@ -199,6 +199,7 @@ RECALL_SPEC = ToolSpec(
                 max_length=QUERY_CAP,
             ),
             "limit": limit_arg("memories", RECALL_LIMIT_DEFAULT, RECALL_LIMIT_MAX),
+            **{name: string_arg(help, max_length=64) for name, help in RECALL_MOMENTS.items()},
         },
         ["query"],
     ),
@@ -237,6 +238,7 @@ class RecallTool(McpTool):
             ctx.resource_id,
             arguments["query"],
             limit=arguments.get("limit", RECALL_LIMIT_DEFAULT),
+            **{name: arguments[name] for name in RECALL_MOMENTS if name in arguments},
         )
         results = report.results
         # Each memory's id too: the tools that act on one (forget_fact, ...) take it.

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from ..errors import ConflictError, NotFoundError
 from ..models import FactVersion, Memory, Provenance, RevertReport, SessionWrites
+from ..store import derived as derived_sql
 from ..store import memories as store
 from ..store import versions as version_store
 from ..store.database import Conn
@@ -112,6 +113,8 @@ async def _apply(
         importance=old.importance,
         expires_at=_live_expiry(old, now),
         session_id=session_id,
+        # Versions keep no sources: the fact's current ones stay.
+        based_on=derived_sql.based_on_param(current.based_on),
         **written_by,
     )
     return updated or current  # the same value already: nothing to change

@@ -24,6 +24,7 @@ stack of base classes: what a ``LongTermMemory`` can do is listed here, once.
 
 from __future__ import annotations
 
+from . import derived as _derived
 from . import history as _history
 from . import manage as _manage
 from . import recall as _recall
@@ -69,6 +70,10 @@ class LongTermMemory(MemoryBase):
     remember = _manage.remember
     create_fact = _manage.create_fact
     update_fact = _manage.update_fact
+
+    # Derived memories' stale marks (``memory.derived``).
+    stale = _derived.stale
+    confirm = _derived.confirm
 
     # One verb per operation, for either kind (``memory.manage``).
     list = _manage.list_memories

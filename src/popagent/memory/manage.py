@@ -34,9 +34,11 @@ from ..models import (
     RememberResult,
 )
 from ..offload import off_loop, text_size
+from ..store import derived as derived_sql
 from ..store import memories as store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
+from .derived import check_based_on, check_sources
 from .purge import purge_resource
 from .semantic import BackfillReport, backfill
 from .validation import (
@@ -109,6 +111,7 @@ def _fact_params(
     session_id: str | None,
     expires_at: datetime | None,
     provenance: Provenance | None,
+    based_on: Sequence[str | int] | None = None,
 ) -> dict[str, Any]:
     """A new fact's statement parameters, each field checked and normalized as
     ``remember`` and ``create_fact`` both require (in this order, so the first bad
@@ -127,6 +130,7 @@ def _fact_params(
         "importance": importance,
         "expires_at": check_expires_at(expires_at),
         **store.provenance_params(check_provenance(provenance)),
+        "based_on": derived_sql.based_on_param(check_based_on(based_on)),
     }
 
 
@@ -270,6 +274,7 @@ async def remember(
     session_id: str | None = None,
     expires_at: datetime | None = None,
     provenance: Provenance | None = None,
+    based_on: Sequence[str | int] | None = None,
 ) -> RememberResult:
     """Store a durable fact: upsert by ``key``, or deduplicate a keyless one by content hash.
 
@@ -282,8 +287,13 @@ async def remember(
     ``expires_at`` (in the future) ends the fact then: it is never recalled
     after it, and maintenance removes it. ``provenance`` records where the
     write came from (``origin``, turn, source messages, tool call).
+    ``based_on`` names what the fact was derived from (fact keys, memory ids of
+    this resource): when one of them changes or goes, the fact is marked stale
+    (``Memory.stale_since``); an unknown source or a cycle is a ``ValidationError``.
     """
-    params = _fact_params(resource_id, content, key, importance, session_id, expires_at, provenance)
+    params = _fact_params(
+        resource_id, content, key, importance, session_id, expires_at, provenance, based_on
+    )
     resource_id = params["resource_id"]
     upsert = store.upsert_fact_by_key if params["key"] is not None else store.upsert_fact_by_hash
     async with self._pool.connection() as conn:
@@ -292,6 +302,8 @@ async def remember(
         for _attempt in range(3):
             async with conn.transaction():
                 outcome = await upsert(conn, **params)
+                if outcome is not None:
+                    await check_sources(conn, outcome[0])
             if outcome is not None:
                 memory, action = outcome
                 if action != "unchanged":
@@ -345,12 +357,16 @@ async def create_fact(
     session_id: str | None = None,
     expires_at: datetime | None = None,
     provenance: Provenance | None = None,
+    based_on: Sequence[str | int] | None = None,
 ) -> Memory:
     """Strict create (management): ``ConflictError`` if the key is taken or an
     identical keyless fact exists. ``remember`` is the upserting write."""
-    params = _fact_params(resource_id, content, key, importance, session_id, expires_at, provenance)
-    async with self._pool.connection() as conn:
+    params = _fact_params(
+        resource_id, content, key, importance, session_id, expires_at, provenance, based_on
+    )
+    async with self._pool.connection() as conn, conn.transaction():
         memory = await store.insert_fact(conn, **params)
+        await check_sources(conn, memory)
     self._vectors_pending(params["resource_id"])
     return memory
 
@@ -368,6 +384,7 @@ async def update_fact(
     clear_expiry: bool = False,
     session_id: str | None = None,
     provenance: Provenance | None = None,
+    based_on: Sequence[str | int] | None = None,
 ) -> Memory:
     """Change a fact's content, key (``clear_key`` removes it), importance and/or
     expiry (``clear_expiry`` removes it).
@@ -375,7 +392,9 @@ async def update_fact(
     The same rules as ``remember``; a key taken by another fact, or content
     identical to another keyless fact, is a ``ConflictError``. A real change
     keeps the replaced value as a version and records ``provenance`` and
-    ``session_id`` as the new value's; no change writes nothing.
+    ``session_id`` as the new value's; no change writes nothing. ``based_on``
+    replaces the fact's sources (an empty list: none; left out: kept). A change
+    clears the fact's own stale mark.
     """
     resource_id = check_id("resource_id", resource_id)
     if clear_key and key is not None:
@@ -388,6 +407,7 @@ async def update_fact(
     new_content = normalize_fact_content(content) if content is not None else None
     new_key = normalize_key(key)
     new_importance = check_importance(importance) if importance is not None else None
+    new_sources = check_based_on(based_on) if based_on is not None else None
     async with self._pool.connection() as conn, conn.transaction():
         current = await store.get_memory(conn, resource_id, id, "fact")
         if current is None:
@@ -403,10 +423,14 @@ async def update_fact(
             importance=new_importance if new_importance is not None else current.importance,
             expires_at=None if clear_expiry else (new_expiry or current.expires_at),
             session_id=session_id,
+            based_on=derived_sql.based_on_param(
+                current.based_on if based_on is None else new_sources
+            ),
             **written_by,
         )
         if updated is None:  # nothing changed: the statement wrote nothing
             return current
+        await check_sources(conn, updated)
     # The content triggers dropped the old vectors and queued the new text.
     if updated.content_sha256 != current.content_sha256:
         self._vectors_pending(resource_id)

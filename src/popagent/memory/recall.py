@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from ..checks import check_time
 from ..embed.health import record_failure, record_success
@@ -30,10 +30,13 @@ from ..errors import ValidationError
 from ..models import CorpusStats, RecallResult, ScoreComponent
 from ..store import memories as store
 from ..store import neighbours as neighbours_sql
+from ..store import past as past_sql
 from ..store import ranked as ranked_sql
 from ..store import recall as recall_sql
 from ..store import vectors as vector_store
+from ..store.database import Conn
 from .base import MemoryBase
+from .newest import newest_first
 from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window
@@ -42,6 +45,7 @@ from .validation import (
     check_limit,
     check_query,
 )
+from .versions import Relabelled, moment_of, past_period
 
 __all__ = [
     "LEXICAL_RECALL",
@@ -94,6 +98,8 @@ async def recall(
     now: datetime | None = None,
     mode: RecallMode | None = None,
     touch: bool = True,
+    as_of: datetime | date | str | None = None,
+    known_at: datetime | date | str | None = None,
 ) -> list[RecallResult]:
     """The ``limit`` (1 to 1,000) most relevant memories of this resource, best first.
 
@@ -108,8 +114,17 @@ async def recall(
     fails, recall falls back to ``lexical`` (logged once) rather than fail.
     A memory written a moment ago is found by its words at once and by its
     meaning when its vectors are written (``wait_for_vectors``).
+
+    ``as_of`` answers from the world as it was then (each fact by the value that
+    held then, the episodes written by then), ``known_at`` from what the store
+    knew then; each a timezone-aware time, a date (the end of that day, UTC) or
+    ISO 8601 text of either (see ``memory.versions``). Such a recall is lexical
+    and touches nothing. A question about a past period, or for an earlier value,
+    also ranks the values facts held then, each with its ``until``.
     """
-    results, _ran = await _recall(self, resource_id, query, limit, now, mode, touch)
+    results, _ran = await _recall(
+        self, resource_id, query, limit, now, mode, touch, moment_of(as_of, known_at)
+    )
     return results
 
 
@@ -122,11 +137,14 @@ async def recall_report(
     now: datetime | None = None,
     mode: RecallMode | None = None,
     touch: bool = True,
+    as_of: datetime | date | str | None = None,
+    known_at: datetime | date | str | None = None,
 ) -> RecallReport:
     """``recall``, with which mode ran and why: the model and its state, and how
     many of the resource's memories still wait for their vectors (counted up to
     10,000). For the recall preview and ``recall --explain``."""
-    results, ran = await _recall(self, resource_id, query, limit, now, mode, touch)
+    moment = moment_of(as_of, known_at)
+    results, ran = await _recall(self, resource_id, query, limit, now, mode, touch, moment)
     pending = 0
     if self._embedder is not None:
         pending = await self.pending_vectors(resource_id, cap=PENDING_COUNT_CAP)
@@ -154,17 +172,47 @@ async def _recall(
     now: datetime | None,
     mode: RecallMode | None,
     touch: bool,
+    moment: datetime | None = None,
+) -> tuple[list[RecallResult], RecallMode]:
+    """The ranked results, the newest value first for a question in the present
+    tense (``memory.newest``; not as of a moment, nor for a past period)."""
+    results, ran = await _ranked(self, resource_id, query, limit, now, mode, touch, moment)
+    if moment is None and len(results) > 1:
+        at = now or datetime.now(UTC)
+        if past_period(query, query_window(query.strip(), at), at) is None:
+            results = newest_first(results, query)
+    return results, ran
+
+
+async def _ranked(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    limit: int,
+    now: datetime | None,
+    mode: RecallMode | None,
+    touch: bool,
+    moment: datetime | None = None,
 ) -> tuple[list[RecallResult], RecallMode]:
     resource_id = check_id("resource_id", resource_id)
     query = check_query(query)
     limit = check_limit(limit)
     now = check_time("now", now) or datetime.now(UTC)
     mode = _check_mode(self, mode)
+    if moment is not None:
+        return await _at_moment(self, resource_id, query, limit, moment), "lexical"
     window = query_window(query, now) if self.weights.time > 0 else None
+    period = past_period(query, query_window(query, now) if window is None else window, now)
     if self._worker is not None:
         # This process works on the resource: rows written elsewhere get vectors too.
         self._worker.notify(resource_id)
     if mode == "lexical" or self._embedder is None:
+        if period is not None:
+            with_past = await _lexical_with_past(
+                self, resource_id, query, limit, now, window, period
+            )
+            if with_past is not None:
+                return await _touched(self, resource_id, with_past, touch), "lexical"
         return await _lexical(self, resource_id, query, limit, now, window, touch), "lexical"
     embedder = self._embedder
     pool = recall_pool(limit)
@@ -176,18 +224,25 @@ async def _recall(
             # write landing between them can only shift a score, never leak or
             # lose a row of another resource.
             stats = await recall_sql.corpus_stats(conn, resource_id, query)
-            found = []
+            past = Relabelled()
+            if period is not None:
+                past = Relabelled.of(
+                    await past_sql.held_during(
+                        conn, resource_id, recall_sql.scored_lexemes(stats), *period, pool
+                    )
+                )
+            found = list(past.candidates)
             if mode == "fused":
                 # Lexical candidates carry no similarity: those near enough to
                 # matter are among the vector candidates too, and merge with them.
-                found = await recall_sql.candidates(
+                found += await recall_sql.candidates(
                     conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
                 )
             query_vector = await embedding
             if query_vector is None:
                 # The model failed: the lexical ranking over what was read.
                 if mode != "fused":
-                    found = await recall_sql.candidates(
+                    found += await recall_sql.candidates(
                         conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
                     )
                 ran: RecallMode = "lexical"
@@ -235,12 +290,37 @@ async def _recall(
                 if episodes and limit > 1:
                     following = await neighbours_sql.next_episodes(conn, resource_id, episodes)
                     results = with_next_turns(results, following, top, limit)
+            results = past.restore(results, period)
             if not results or not touch:
                 return results, ran
-            touched = await store.touch_accessed(conn, resource_id, [r.memory.id for r in results])
+            touched = await _touch(conn, resource_id, results)
     finally:
         if not embedding.done():
             embedding.cancel()
+    return _with_access(results, touched), ran
+
+
+async def _touch(
+    conn: Conn, resource_id: str, results: list[RecallResult]
+) -> dict[int, tuple[datetime, int]]:
+    """Record the access of the current memories among ``results`` (not past values)."""
+    ids = [r.memory.id for r in results if r.until is None]
+    return await store.touch_accessed(conn, resource_id, ids) if ids else {}
+
+
+async def _touched(
+    self: MemoryBase, resource_id: str, results: list[RecallResult], touch: bool
+) -> list[RecallResult]:
+    if not results or not touch:
+        return results
+    async with self._pool.connection() as conn:
+        touched = await _touch(conn, resource_id, results)
+    return _with_access(results, touched)
+
+
+def _with_access(
+    results: list[RecallResult], touched: dict[int, tuple[datetime, int]]
+) -> list[RecallResult]:
     return [
         replace(
             r,
@@ -250,10 +330,59 @@ async def _recall(
                 access_count=touched[r.memory.id][1],
             ),
         )
-        if r.memory.id in touched
+        if r.memory.id in touched and r.until is None
         else r
         for r in results
-    ], ran
+    ]
+
+
+async def _lexical_with_past(
+    self: MemoryBase,
+    resource_id: str,
+    query: str,
+    limit: int,
+    now: datetime,
+    window: TimeWindow | None,
+    period: tuple[datetime, datetime],
+) -> list[RecallResult] | None:
+    """Lexical recall in which the values facts held during ``period`` compete: the
+    pure ranking over the current candidates and those earlier values; ``None``
+    when no earlier value matches (the one-statement lexical recall then runs)."""
+    pool = recall_pool(limit)
+    async with self._pool.connection() as conn:
+        stats = await recall_sql.corpus_stats(conn, resource_id, query)
+        held = await past_sql.held_during(
+            conn, resource_id, recall_sql.scored_lexemes(stats), *period, pool
+        )
+        if not held:
+            return None
+        past = Relabelled.of(held)
+        found = await recall_sql.candidates(
+            conn, resource_id, stats, idfs=candidate_idfs(stats), pool=pool
+        )
+    ranked = rank(
+        found + past.candidates, stats, now=now, limit=limit, weights=self.weights, window=window
+    )
+    return past.restore(ranked, period)
+
+
+async def _at_moment(
+    self: MemoryBase, resource_id: str, query: str, limit: int, moment: datetime
+) -> list[RecallResult]:
+    """Recall as of ``moment`` (see ``memory.versions``): lexical, relative to the
+    moment, over what the resource held then; it touches nothing."""
+    window = query_window(query, moment) if self.weights.time > 0 else None
+    async with self._pool.connection() as conn:
+        stats = await recall_sql.corpus_stats(conn, resource_id, query)
+        found = Relabelled.of(
+            await past_sql.at_moment(
+                conn, resource_id, recall_sql.scored_lexemes(stats), moment, recall_pool(limit)
+            )
+        )
+    ranked = rank(
+        found.candidates, stats, now=moment, limit=limit, weights=self.weights, window=window
+    )
+    return found.restore(ranked)
 
 
 async def _lexical(

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..models import RecallResult
+from .marks import notes
 
 __all__ = ["DEFAULT_BUDGET", "HEADER", "render"]
 
@@ -34,7 +35,8 @@ _ELLIPSIS = "…"
 
 def _label(result: RecallResult, ids: bool) -> str:
     memory = result.memory
-    return f"- [{memory.kind} #{memory.id}] " if ids else f"- [{memory.kind}] "
+    head = f"{memory.kind} #{memory.id}" if ids else memory.kind
+    return "- [" + ", ".join([head, *notes(result)]) + "] "
 
 
 def _line(label: str, content: str) -> str:

@@ -60,7 +60,7 @@ def converted_columns(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def row_to_memory(row: dict[str, Any]) -> Memory:
-    return from_row(Memory, row, **converted_columns(row))
+    return from_row(Memory, row, **converted_columns(row), based_on=tuple(row["based_on"] or ()))
 
 
 #: How many leading columns of a row are ``MEMORY_COLUMNS``.
@@ -76,6 +76,7 @@ def tuple_to_memory(row: Sequence[Any]) -> Memory:
     return Memory(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9],
         row[10], row[11], row[12], row[13], tuple(row[14] or ()), row[15], row[16], row[17],
+        tuple(row[18] or ()), row[19], row[20],
     )  # fmt: skip
 
 
@@ -195,10 +196,11 @@ async def insert_episodes(
 
 _FACT_COLUMNS = """
     (resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
-     origin, turn_id, message_ids, tool_call_id)"""
+     origin, turn_id, message_ids, tool_call_id, based_on)"""
 _FACT_VALUES = """
 VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s,
-        %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)"""
+        %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s,
+        %(based_on)s)"""
 # A changed value is the fact's next version and records who changed it: the
 # provenance (and session) is always the current value's writer's. The trigger
 # of migration 0012 keeps the replaced value as a version. (The statement, not a
@@ -214,6 +216,9 @@ _NEW_PROVENANCE = """
     turn_id = EXCLUDED.turn_id,
     message_ids = EXCLUDED.message_ids,
     tool_call_id = EXCLUDED.tool_call_id,
+    based_on = EXCLUDED.based_on,
+    stale_since = NULL,
+    stale_source = NULL,
     updated_at = EXCLUDED.updated_at"""
 
 # A new fact is counted in the statistics; a changed one by the update trigger.
@@ -225,8 +230,10 @@ SET content = EXCLUDED.content,
     content_sha256 = EXCLUDED.content_sha256,
     importance = EXCLUDED.importance,
     expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
-WHERE (popagent_memories.content, popagent_memories.importance, popagent_memories.expires_at)
-      IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance, EXCLUDED.expires_at)
+WHERE (popagent_memories.content, popagent_memories.importance, popagent_memories.expires_at,
+       popagent_memories.based_on)
+      IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance, EXCLUDED.expires_at,
+                        EXCLUDED.based_on)
 RETURNING {MEMORY_COLUMNS}, search_vector, (xmax = 0) AS inserted
 ), {counted("written", 1, where="r.inserted")}
 SELECT {MEMORY_COLUMNS}, inserted FROM written
@@ -247,6 +254,7 @@ SET importance = greatest(popagent_memories.importance, EXCLUDED.importance),
     expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
 WHERE popagent_memories.importance < EXCLUDED.importance
    OR popagent_memories.expires_at IS DISTINCT FROM EXCLUDED.expires_at
+   OR popagent_memories.based_on IS DISTINCT FROM EXCLUDED.based_on
 RETURNING {MEMORY_COLUMNS}, search_vector, (xmax = 0) AS inserted
 ), {counted("written", 1, where="r.inserted")}
 SELECT {MEMORY_COLUMNS}, inserted FROM written
@@ -267,10 +275,12 @@ SET content = %(content)s, content_sha256 = %(sha)s, key = %(key)s,
     importance = %(importance)s, expires_at = %(expires_at)s,
     session_id = %(session_id)s, origin = %(origin)s, turn_id = %(turn_id)s,
     message_ids = %(message_ids)s, tool_call_id = %(tool_call_id)s, updated_at = now(),
+    based_on = %(based_on)s, stale_since = NULL, stale_source = NULL,
     version = version + 1
 WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = 'fact'
-  AND (content, key, importance, expires_at)
-      IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz)
+  AND (content, key, importance, expires_at, based_on)
+      IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz,
+                        %(based_on)s::jsonb)
 RETURNING {MEMORY_COLUMNS}
 """
 

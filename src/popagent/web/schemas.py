@@ -15,12 +15,14 @@ response models here are the API's own: errors and counts.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from ..memory.derived import BASED_ON_CAP
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP, QUERY_CAP
+from ..models import RECALL_MOMENTS, RecallOptions
 
 __all__ = [
     "CHAT_MESSAGE_CAP",
@@ -68,6 +70,19 @@ ExpiresAt = Annotated[
 ]
 
 
+#: What a fact was derived from: fact keys (strings) and memory ids (integers).
+BasedOn = Annotated[
+    list[Key | Annotated[int, Field(ge=1, le=2**63 - 1)]],
+    Field(
+        max_length=BASED_ON_CAP,
+        description="What the fact was derived from: fact keys (strings) and memory ids "
+        "(integers) of this resource. When one changes or goes, the fact is marked stale.",
+    ),
+]
+#: A moment of recall: a date or an ISO 8601 time with a zone (the library parses it).
+Moment = Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class _FactValue(_Strict):
     """The settable fields of a fact's value, stated once: the create and the put bodies
     are these (plus the key, for a create), and the routes pass them on by name to the
@@ -78,6 +93,7 @@ class _FactValue(_Strict):
     importance: Importance = 0.5
     #: When the fact ends: after it, recall never returns it and maintenance removes it.
     expires_at: ExpiresAt = None
+    based_on: BasedOn | None = None
 
 
 class FactPut(_FactValue):
@@ -100,6 +116,8 @@ class FactUpdate(_Strict):
     key: Key | None = None
     importance: Importance | None = None
     expires_at: ExpiresAt = None
+    #: Replaces the fact's sources; ``[]`` removes them.
+    based_on: BasedOn | None = None
 
 
 class FactRestore(_Strict):
@@ -109,8 +127,17 @@ class FactRestore(_Strict):
 
 
 class RecallRequest(_Strict):
+    """A recall preview; ``as_of``/``known_at`` (``models.RECALL_MOMENTS``) answer
+    from a moment in the past."""
+
     query: Annotated[str, Field(min_length=1, max_length=QUERY_CAP)]
     limit: Annotated[int, Field(ge=1, le=100)] = 8
+    as_of: Annotated[Moment | None, Field(description=RECALL_MOMENTS["as_of"])] = None
+    known_at: Annotated[Moment | None, Field(description=RECALL_MOMENTS["known_at"])] = None
+
+    def moments(self) -> RecallOptions:
+        """The moments given, by name, for ``recall``'s keyword arguments."""
+        return cast(RecallOptions, self.model_dump(include=set(RECALL_MOMENTS), exclude_none=True))
 
 
 def _json_true(value: object) -> object:

@@ -139,6 +139,30 @@ async def _list_page(request: Request, where: MemoryFilter) -> Page[Memory]:
     return _page(rows, where.limit, where.offset)
 
 
+@router.get(
+    "/memories/stale",
+    response_model=list[Memory],
+    summary="Memories marked stale: a source they were based on changed or went",
+)
+async def list_stale(
+    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[Memory]:
+    """Most recently marked first; each names its ``stale_source`` and ``stale_since``.
+    ``POST /api/memories/{id}/confirm`` clears a mark, ``DELETE`` forgets the memory."""
+    s = services(request)
+    return await s.root.memory.stale(s.resource_id, limit=limit)
+
+
+@router.post(
+    "/memories/{id}/confirm",
+    response_model=Memory,
+    summary="Confirm a stale memory still holds (clears its mark)",
+)
+async def confirm_memory(request: Request, id: MemoryId) -> Memory:
+    s = services(request)
+    return await s.root.memory.confirm(s.resource_id, id)
+
+
 @router.get("/memories", response_model=Page[Memory], summary="List or search facts and episodes")
 async def list_memories(request: Request, where: AnyFilter) -> Page[Memory]:
     return await _list_page(request, where)
@@ -236,7 +260,9 @@ async def get_fact(request: Request, id: MemoryId) -> Memory:
 async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memory:
     given = body.model_fields_set
     if not given:
-        raise ValidationError("body", "name at least one of content, key, importance, expires_at")
+        raise ValidationError(
+            "body", "name at least one of content, key, importance, expires_at, based_on"
+        )
     for name in ("content", "importance"):
         if name in given and getattr(body, name) is None:
             raise ValidationError(name, "may not be null (leave it out to keep it)")
@@ -250,6 +276,7 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memor
         importance=body.importance,
         expires_at=body.expires_at,
         clear_expiry="expires_at" in given and body.expires_at is None,
+        based_on=body.based_on,
         provenance=API_WRITE,
     )
     return fact

@@ -45,6 +45,7 @@ def recall_json(query: str, report: RecallReport) -> bytes:
                         }
                         for c in r.components
                     },
+                    "until": r.until,
                 }
                 for r in results
             ],
@@ -59,9 +60,11 @@ async def recall(request: Request, body: RecallRequest) -> Response:
     """The ranked memories a turn would recall for ``query``, each with its score
     components, exactly the block the model would see, and which mode ran and why
     (the embedding model's state, memories still waiting for their vectors). A
-    preview is not a use: the memories' access time and count stay as they were."""
+    preview is not a use: the memories' access time and count stay as they were.
+    ``as_of`` (``"2021-06-01"``) answers from the world as it was then, ``known_at``
+    from what the store knew then; a fact's earlier value carries ``until``."""
     s = services(request)
     report = await s.root.memory.recall_report(
-        s.resource_id, body.query, limit=body.limit, touch=False
+        s.resource_id, body.query, limit=body.limit, touch=False, **body.moments()
     )
     return Response(recall_json(body.query, report), media_type="application/json")

@@ -6,7 +6,7 @@ no build step, no inline script or style (the CSP forbids both).
 
 Pages: ``/`` memory browser and ``/memories/{id}`` (``pages_memories``), fact
 and episode writes (``pages_facts``), cleanup and maintenance
-(``pages_cleanup``), ``/recall`` (``pages_recall``), ``/settings``
+(``pages_cleanup``), ``/recall`` (``pages_recall``), ``/stale`` (``pages_stale``), ``/settings``
 (``pages_settings``), ``/sessions`` (``pages_sessions``), ``/chat``
 (``pages_chat``), ``/keys`` (``pages_keys``, an admin key's keys in
 multi-resource mode), ``/login`` (``login``). Shared: ``forms`` (CSRF, strict form
@@ -33,6 +33,7 @@ from . import (
     pages_recall,
     pages_sessions,
     pages_settings,
+    pages_stale,
 )
 
 __all__ = ["ROUTERS", "STATIC_DIR", "gui_router"]
@@ -45,6 +46,7 @@ ROUTERS = (
     pages_facts.router,
     pages_cleanup.router,
     pages_recall.router,
+    pages_stale.router,
     pages_settings.router,
     pages_sessions.router,
     pages_chat.router,

@@ -20,6 +20,8 @@ from ...memory.recall import PENDING_COUNT_CAP
 from ...memory.recall_report import RecallReport
 from ...memory.render import render
 from ...memory.validation import QUERY_CAP, check_query
+from ...memory.versions import check_moment
+from ...models import RECALL_MOMENTS, RecallOptions
 from ..services import Services, services
 from .forms import read_form
 from .rendering import page
@@ -75,6 +77,7 @@ async def _page(
         rendered=rendered,
         query_cap=QUERY_CAP,
         limit_cap=LIMIT_CAP,
+        moments=RECALL_MOMENTS,
     )
 
 
@@ -85,9 +88,17 @@ async def recall_form(request: Request) -> Response:
 
 @router.post("/recall")
 async def recall(request: Request) -> Response:
-    raw = await read_form(request, ("query", "limit"))
+    raw = await read_form(request, ("query", "limit", *RECALL_MOMENTS))
     form = {"query": raw.get("query", ""), "limit": raw.get("limit", "").strip()}
+    form |= {name: raw.get(name, "").strip() for name in RECALL_MOMENTS}
     errors: dict[str, str] = {}
+    moments: RecallOptions = {}
+    for name in RECALL_MOMENTS:
+        try:
+            if form[name]:
+                moments[name] = check_moment(name, form[name])  # type: ignore[literal-required]
+        except ValidationError as exc:
+            errors[name] = exc.message
     query = ""
     try:
         query = check_query(form["query"])
@@ -102,5 +113,7 @@ async def recall(request: Request) -> Response:
     if errors:
         return await _page(request, form, errors)
     s = services(request)
-    report = await s.root.memory.recall_report(s.resource_id, query, limit=limit, touch=False)
+    report = await s.root.memory.recall_report(
+        s.resource_id, query, limit=limit, touch=False, **moments
+    )
     return await _page(request, form, errors, report, render(report.results))

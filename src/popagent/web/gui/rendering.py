@@ -45,6 +45,7 @@ NOTICES = {
     "fact-purged": "Fact and its history deleted.",
     "fact-restored": "Version {version} restored.",
     "episode-deleted": "Episode deleted.",
+    "memory-confirmed": "Confirmed: the memory is no longer marked stale.",
     "cleanup": "Cleanup done: {n:memory/memories} deleted.",
     "purge": "Purge done: {n:row/rows} deleted; nothing of this resource remains.",
     "maintenance": "Maintenance done: {expired:expired episode/expired episodes} and "

@@ -1,0 +1,230 @@
+"""The newest value first: how often the newest of several evidence memories ranks
+first, on the team's labelled updates and on LoCoMo, against another commit.
+
+Issue 39 asks that, when the user told a change in conversation ("I have three
+cats now" weeks after "I have two cats"), a present-tense question rank the
+newer evidence first. Two data sets, each conversation one resource in a
+disposable embedded PostgreSQL cluster, recall lexical (``--embedder none``,
+the default, for the same signals on both sides) or with an embedder:
+
+* ``updates``: ``bench/newest/updates.json``, written by the popagent team for
+  this benchmark (24 small histories: an earlier value, a later one, a
+  distractor or none; a present-tense question; the turns that are evidence);
+* ``locomo``: LoCoMo (``bench/locomo.py`` reads it in place, never copies it;
+  CC BY-NC 4.0), categories 1-4, the questions whose evidence lies in two or
+  more episodes of different sessions.
+
+Per question, with ``limit=10`` and ``now`` = a day after its last turn: among
+the evidence episodes in the top 10 (questions with fewer than two there are not
+counted), does the newest rank above the others? The rate is over the counted
+questions; ``top-1`` is the rate at which the first result is the newest
+evidence, over all questions. The same program runs twice, in child processes
+that each start their own cluster: once with this tree's popagent and once with
+``--baseline`` (default ``main``, checked out with ``git worktree`` into a
+temporary directory), so both sides are measured in the same run; recall's
+latency (p50, p95) is printed beside them.
+
+    python bench/newest.py [--baseline REF] [--data PATH] [--conversations N]
+                           [--embedder none|local]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import locomo
+import popagent
+from popagent import EpisodeTurn, LongTermMemory
+from popagent.embed import make_embedder
+from popagent.memory.validation import episode_content
+from popagent.store.embedded import EmbeddedServer
+
+ROOT = Path(__file__).resolve().parents[1]
+UPDATES = Path(__file__).resolve().parent / "newest" / "updates.json"
+LIMIT = 10
+
+
+@dataclass
+class Case:
+    resource: str
+    question: str
+    now: datetime
+    #: The stored content of each evidence episode, with its time.
+    evidence: dict[str, datetime]
+
+
+def updates_cases() -> tuple[list[Case], dict[str, list[EpisodeTurn]]]:
+    data = json.loads(UPDATES.read_text(encoding="utf-8"))
+    cases, turns = [], {}
+    for s in data["scenarios"]:
+        resource = f"updates-{s['id']}"
+        rows = []
+        evidence = {}
+        for i, t in enumerate(s["turns"]):
+            when = datetime.fromisoformat(t["date"]).replace(tzinfo=UTC)
+            rows.append(EpisodeTurn("s", t["user"], t["assistant"], when))
+            if i in s["evidence"]:
+                built = episode_content(t["user"], t["assistant"])
+                assert built is not None
+                evidence[built[0]] = when
+        turns[resource] = rows
+        now = max(r.created_at for r in rows if r.created_at) + timedelta(days=1)
+        cases.append(Case(resource, s["question"], now, evidence))
+    return cases, turns
+
+
+def locomo_cases(conversations: list[locomo.Conversation]) -> list[Case]:
+    cases = []
+    for conv in conversations:
+        when = {}
+        for t in conv.turns:
+            built = episode_content(t.user_text, t.assistant_text)
+            assert built is not None and t.created_at is not None
+            when[built[0]] = t.created_at
+        for q in conv.questions:
+            evidence = {c: when[c] for c, ids in conv.covers.items() if ids & q.evidence}
+            if len(set(evidence.values())) >= 2:
+                cases.append(Case(conv.resource, q.text, conv.now, evidence))
+    return cases
+
+
+async def score(memory: LongTermMemory, cases: list[Case], mode: str) -> dict[str, Any]:
+    counted = first = top1 = 0
+    latencies = []
+    for case in cases:
+        start = time.perf_counter()
+        results = await memory.recall(
+            case.resource,
+            case.question,
+            limit=LIMIT,
+            now=case.now,
+            mode=mode,  # type: ignore[arg-type]
+        )
+        latencies.append((time.perf_counter() - start) * 1000)
+        newest = max(case.evidence.values())
+        found = [r for r in results if r.memory.content in case.evidence]
+        if results and case.evidence.get(results[0].memory.content) == newest:
+            top1 += 1
+        if len(found) >= 2:
+            counted += 1
+            first += case.evidence[found[0].memory.content] == newest
+    q = (
+        statistics.quantiles(latencies, n=100, method="inclusive")
+        if len(latencies) > 1
+        else [0] * 99
+    )
+    return {
+        "questions": len(cases),
+        "counted": counted,
+        "newest_first": first / counted if counted else 0.0,
+        "top1": top1 / len(cases) if cases else 0.0,
+        "p50_ms": q[49],
+        "p95_ms": q[94],
+    }
+
+
+async def measure(
+    url: str, data: Path, conversations: int | None, embedder_name: str
+) -> dict[str, Any]:
+    embedder = make_embedder(embedder_name)
+    mode = "lexical" if embedder is None else "fused"
+    cases, turns = updates_cases()
+    convs = locomo.load(data, conversations)
+    async with popagent.connect(url, embedder=embedder) as root:
+        memory = root.memory
+        for resource, rows in turns.items():
+            await memory.retain_episodes(resource, rows)
+        await locomo.ingest(memory, convs)
+        if embedder is not None:
+            await memory.embed_missing(None)
+        return {
+            "updates": await score(memory, cases, mode),
+            "locomo": await score(memory, locomo_cases(convs), mode),
+        }
+
+
+def child(out: str, data: Path, conversations: int | None, embedder: str) -> None:
+    tmp = tempfile.mkdtemp(prefix="popagent-newest-")
+    server = None
+    try:
+        server = EmbeddedServer(tmp, delete=True)
+        result = asyncio.run(measure(server.url, data, conversations, embedder))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    Path(out).write_text(json.dumps(result), encoding="utf-8")
+
+
+def run_side(src: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{Path(__file__).resolve().parent}"}
+    command = [sys.executable, __file__, "--child", str(out), "--embedder", args.embedder]
+    command += ["--data", str(args.data)]
+    if args.conversations:
+        command += ["--conversations", str(args.conversations)]
+    subprocess.run(command, env=env, check=True)
+    data: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", default="main", help="the commit to compare with")
+    parser.add_argument(
+        "--data", type=Path, default=locomo.DEFAULT_DATA, help="path to locomo10.json"
+    )
+    parser.add_argument("--conversations", type=int, metavar="N", help="only the first N of LoCoMo")
+    parser.add_argument("--embedder", choices=("none", "local"), default="none")
+    parser.add_argument("--child", metavar="OUT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.data, args.conversations, args.embedder)
+        return
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="popagent-newest-"))
+    base = work / "baseline"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
+        check=True,
+    )
+    try:
+        sides = {
+            args.baseline: run_side(base / "src", args, work / "baseline.json"),
+            "this tree": run_side(ROOT / "src", args, work / "this.json"),
+        }
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)])
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"Newest evidence first (recall limit {LIMIT}, embedder {args.embedder})\n")
+    header = f"{'data':<8} {'code':<10} {'questions':>9} {'counted':>7} {'newest 1st':>10} {'top-1':>6} {'p50 ms':>7} {'p95 ms':>7}"
+    print(header)
+    print("-" * len(header))
+    for data in ("updates", "locomo"):
+        for name, side in sides.items():
+            r = side[data]
+            print(
+                f"{data:<8} {name:<10} {r['questions']:>9} {r['counted']:>7} "
+                f"{r['newest_first']:>10.3f} {r['top1']:>6.3f} {r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f}"
+            )
+        b, t = sides[args.baseline][data], sides["this tree"][data]
+        ratio = t["p50_ms"] / b["p50_ms"] if b["p50_ms"] else float("nan")
+        print(f"{data:<8} {'ratio':<10} {'':>9} {'':>7} {t['newest_first'] - b['newest_first']:>+10.3f} "
+              f"{t['top1'] - b['top1']:>+6.3f} {ratio:>6.2f}x")  # fmt: skip
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The notes a memory's label carries in the rendered block: a past value's span,
+and a derived memory's stale mark.
+
+``- [fact, past value 2021-03-01 to 2023-05-02] Lives in Paris`` is a value the
+fact held then (recall as of a date, or a question about a past period);
+``- [fact, may be stale: based on home.city (changed 2024-01-02)] ...`` is a
+memory whose source changed after it was written. Both are built from stored
+dates and keys (no whitespace, validated), never from content, so stored text
+cannot forge them.
+"""
+
+from __future__ import annotations
+
+from ..models import RecallResult
+
+__all__ = ["notes"]
+
+
+def notes(result: RecallResult) -> list[str]:
+    """The notes for ``result``'s label, in order (none for most memories)."""
+    out: list[str] = []
+    memory = result.memory
+    if result.until is not None:
+        start = memory.updated_at.date().isoformat()
+        out.append(f"past value {start} to {result.until.date().isoformat()}")
+    if memory.stale_since is not None and memory.stale_source is not None:
+        changed = memory.stale_since.date().isoformat()
+        out.append(f"may be stale: based on {memory.stale_source} (changed {changed})")
+    return out
