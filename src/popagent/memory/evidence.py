@@ -21,7 +21,8 @@ with evidence of relevance (``Evidence.admits``):
   ``1 / rare_word`` memories, where a document frequency means something). A
   memory that shares just one common word with the question ("live" in "what
   do I do for a living?" and "My sister lives in Toronto") needs its meaning
-  too: ``z`` at least ``weak_words_z``. ``look-alike words`` (pg_trgm
+  too: ``z`` at least ``weak_words_z`` (a memory without a vector yet is
+  admitted by its words, as lexical recall would). ``look-alike words`` (pg_trgm
   neighbours of a question word) follow the same rule.
 * ``meaning``: ``z`` at least the recall's bar. The nearest memory needs
   ``min_meaning_z``; any other needs more: the largest cosine among ``n``
@@ -169,7 +170,9 @@ class Evidence:
         if text > 0.0 or trigram > w.min_trigram:
             held = self._held(cand) if text > 0.0 else []
             strong = len(held) >= 2 or not self.strong.isdisjoint(held)
-            if strong or (z is not None and z >= w.weak_words_z):
+            # Without a vector (pending, or an earlier value of a fact) the meaning cannot
+            # be judged: its words admit it, as in lexical recall.
+            if strong or z is None or z >= w.weak_words_z:
                 return "words" if text > 0.0 else "look-alike words"
         if z is not None:
             nearest = cand.similarity == self.best and z >= w.min_meaning_z
