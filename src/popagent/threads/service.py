@@ -210,7 +210,7 @@ class ThreadStore:
         """Delete the session, its messages and thread-scoped state; long-term memory stays."""
         resource_id = check_id("resource_id", resource_id)
         session_id = check_id("session_id", session_id)
-        async with self._pool.connection() as conn:
+        async with self._pool.connection() as conn, conn.transaction():
             deleted = await sql.delete_session(conn, resource_id, session_id)
         if not deleted:
             raise NotFoundError(f"no session {session_id!r} in this resource")

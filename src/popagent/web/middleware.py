@@ -289,7 +289,11 @@ class TokenGate:
                 await keys.audit_refusal(
                     principal, "quota", method=scope["method"], path=_route_of(scope["path"])
                 )
-                return "quota", message + "; delete memories to make room", QUOTA_RETRY_AFTER_S
+                return (
+                    "quota",
+                    message + "; delete memories or sessions to make room",
+                    QUOTA_RETRY_AFTER_S,
+                )
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -376,7 +380,7 @@ _ADDS_CONTENT = re.compile(
 
 
 #: Retry-After of a write refused by a storage quota: room comes back only when the
-#: resource deletes memories, so a client should not retry soon.
+#: resource deletes memories or sessions, so a client should not retry soon.
 QUOTA_RETRY_AFTER_S = 3600
 
 
