@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import popagent
 from popagent.cli import main
-from popagent.keys import KeyStore, RateLimit, hash_secret, looks_like_key
+from popagent.keys import KeyStore, RateLimit, Usage, hash_secret, looks_like_key
 from popagent.models import MemoryFilter, Session
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig

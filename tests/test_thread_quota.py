@@ -40,9 +40,10 @@ STORED = "SELECT thread_bytes FROM popagent_resource_stats WHERE resource_id = %
 async def _bytes(root: Popagent, resource_id: str) -> tuple[int, int | None]:
     """(recount of the resource's messages, the stored thread_bytes or None)."""
     async with root.memory.pool.connection() as conn:
-        recount = (await (await conn.execute(RECOUNT, {"r": resource_id})).fetchone())["bytes"]
+        counted = await (await conn.execute(RECOUNT, {"r": resource_id})).fetchone()
         row = await (await conn.execute(STORED, {"r": resource_id})).fetchone()
-    return int(recount), None if row is None else int(row["thread_bytes"])
+    assert counted is not None
+    return int(counted["bytes"]), None if row is None else int(row["thread_bytes"])
 
 
 async def _assert_exact(root: Popagent, resource_id: str) -> int:
@@ -58,7 +59,9 @@ async def test_every_message_write_counts_its_bytes(
     await threads.append_message(resource, "a", "user", "hello there", create_session=True)
     first = await _assert_exact(root, resource)
     assert first > len("hello there")
-    await threads.append_message(resource, "a", "assistant", "hi", parts=[{"type": "attachment", "name": "a.txt"}])
+    await threads.append_message(
+        resource, "a", "assistant", "hi", parts=[{"type": "attachment", "name": "a.txt"}]
+    )
     # A chat turn: its first message starts it, its final one completes it.
     started = await threads.append_message(resource, "t", "user", "question", turn="start")
     assert started.turn_id is not None

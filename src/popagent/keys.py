@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from .checks import check_id
+from .checks import check_id, check_no_credential
 from .errors import ConflictError, NotFoundError, ValidationError
 from .store import keys as sql
 from .store.database import Pool
@@ -255,12 +255,13 @@ def check_scope(value: str) -> Scope:
 
 
 def check_name(value: str) -> str:
+    """A key's name: its characters, and no credential (it is listed in clear)."""
     if not _NAME.fullmatch(value):
         raise ValidationError(
             "name",
             "1 to 100 characters: a letter or digit, then letters, digits, spaces and . _ @ : -",
         )
-    return value
+    return check_no_credential("name", value)
 
 
 #: Seconds a process keeps the refusals it answered itself before it audits them.
