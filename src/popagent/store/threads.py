@@ -2,7 +2,12 @@
 
 Invariants: functions take the caller's connection and never open a
 transaction; every statement filters on ``resource_id`` first; nothing here
-reads or writes ``popagent_memories``.
+reads or writes ``popagent_memories``. Every statement that writes, rewrites or
+deletes messages counts their bytes in the resource's ``thread_bytes``
+(``recall_stats.thread_counted``, migration 0020: the storage quota), locking the
+session's row before the resource's statistics row; a session is deleted by
+``empty_session`` first, which locks its row so that no message is added
+uncounted meanwhile.
 
 Turns: a chat turn's user message and its ``running`` turn row are written by
 one statement (``start_turn``), which also marks any earlier turn of the
