@@ -926,8 +926,25 @@ async def test_no_corpus_value_reaches_the_database_through_an_identifier(
                     assert (added.status_code, added.json()["field"]) == (422, "session_id")
                     assert (read.status_code, read.json()["field"]) == (422, "session_id")
                     assert value not in added.text
+    # Multi-resource mode audits a refused credential with the path's first two
+    # segments: a credential there is masked too (the scan below reads the audit).
+    app = create_app(
+        ServerConfig(maintenance_interval_s=None, multi_resource=True, token="t" * 32), root=root
+    )
+    async with in_process(app, authorization="Bearer pak_" + "x" * 43) as api:
+        for value in ID_SECRETS:
+            refused = await api.get(f"/api/{quote(value, safe='')}")
+            assert refused.status_code == 401
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE path LIKE '%%[REDACTED:%%') AS masked, count(*) AS n"
+            " FROM popagent_access_audit WHERE reason = 'unknown_credential'"
+        )
+        audited = await cur.fetchone()
+    # (A value with a "/" leaves only its first part, no credential, in the route.)
+    assert audited == {"masked": sum("/" not in v for v in ID_SECRETS), "n": len(ID_SECRETS)}
     logged = [r for r in caplog.records if r.name == "popagent.access"]
-    assert len(logged) >= 4 * len(ID_SECRETS)
+    assert len(logged) >= 5 * len(ID_SECRETS)
     assert any("[REDACTED:" in r.getMessage() for r in logged)
     for value in ID_SECRETS:
         for record in logged:
