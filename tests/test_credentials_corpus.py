@@ -933,8 +933,8 @@ async def test_no_corpus_value_reaches_the_database_through_an_identifier(
     )
     async with in_process(app, authorization="Bearer pak_" + "x" * 43) as api:
         for value in ID_SECRETS:
-            refused = await api.get(f"/api/{quote(value, safe='')}")
-            assert refused.status_code == 401
+            unknown = await api.get(f"/api/{quote(value, safe='')}")
+            assert unknown.status_code == 401
     async with memory.pool.connection() as conn:
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE path LIKE '%%[REDACTED:%%') AS masked, count(*) AS n"
