@@ -9,6 +9,11 @@ only the SQL differs) in the same disposable cluster: each code runs in a
 subprocess of its own, on a database of its own, and the two alternate
 ``--rounds`` times so that a busy moment of the machine hits both.
 
+Since migration 0020 every statement that writes or deletes messages also counts
+their bytes in the resource's statistics row (the storage quota); the thread
+writes (a message, a session item, batches of items, a session's delete) are
+timed too, where the baseline has them.
+
 Printed per operation: calls, p50/p95 in ms (single calls) or rows/s (batches),
 and the ratio of this tree to the baseline (below 1.00x: faster).
 
@@ -99,6 +104,31 @@ async def main():
         s = time.perf_counter()
         removed = await memory.cleanup(rid, kind="episode")
         out["cleanup (rows/s)"] = round(removed / (time.perf_counter() - s), 1)
+        # Thread writes (since 0020 each counts its bytes for the storage quota).
+        threads, items = getattr(root, "threads", None), getattr(root, "items", None)
+        if threads is not None and items is not None:
+            await threads.create_session(rid, "chat")
+            t = []
+            for i in range(CALLS):
+                s = time.perf_counter()
+                await threads.append_message(rid, "chat", "user", text(i, 40))
+                t.append(time.perf_counter() - s)
+            out["append_message"] = ms(t)
+            t = []
+            for i in range(CALLS):
+                s = time.perf_counter()
+                await items.append(rid, "items", [{"role": "user", "content": text(i, 40)}])
+                t.append(time.perf_counter() - s)
+            out["items.append (1 item)"] = ms(t)
+            batch = [{"role": "assistant", "content": text(i, 40)} for i in range(100)]
+            s = time.perf_counter()
+            for k in range(20):
+                await items.append(rid, f"bulk{k}", batch)
+            out["items.append 100 (rows/s)"] = round(2000 / (time.perf_counter() - s), 1)
+            s = time.perf_counter()
+            for k in range(20):
+                await threads.delete_session(rid, f"bulk{k}")
+            out["delete_session 100 (rows/s)"] = round(2000 / (time.perf_counter() - s), 1)
     print(json.dumps(out))
 
 asyncio.run(main())

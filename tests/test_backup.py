@@ -543,6 +543,18 @@ async def test_restore_refuses_objects_popagent_does_not_create(
     done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
     assert_refused(done, "made by a newer popagent", "migration 9998 (future)")
     assert await digests(cluster.url) == before
+    # A gap in the applied migrations: one removed with what it created. Rebuilt
+    # from the others it would restore, reporting the newest version: refused.
+    await admin(
+        source,
+        "DELETE FROM popagent_schema_migrations WHERE version IN (19, 9998)",
+        "ALTER TABLE popagent_resource_stats DROP COLUMN content_bytes",
+    )
+    archive = tmp_path / "gap.backup"
+    pg_tool("pg_dump", "-Fc", "-f", archive, "-d", source)
+    done = cli("--data-dir", str(cluster.data_dir), "restore", str(archive), "--yes")
+    assert_refused(done, "lacks migration 19 (content_bytes)", "nothing was restored")
+    assert await digests(cluster.url) == before
     # Nothing was left behind: no scratch schema, no restore role.
     async with await psycopg.AsyncConnection.connect(cluster.url, autocommit=True) as conn:
         left = await conn.execute(

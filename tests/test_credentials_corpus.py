@@ -26,13 +26,19 @@ import popagent
 from popagent import Popagent
 from popagent.checks import is_blank
 from popagent.cli import main
-from popagent.credentials import find_credentials, redact_credentials, redact_json_text
+from popagent.credentials import (
+    credential_kinds,
+    find_credentials,
+    redact_credentials,
+    redact_json_text,
+)
 from popagent.errors import SecretRefusedError, ValidationError
 from popagent.llm import OpenAIChatModel
 from popagent.memory.validation import check_query, normalize_fact_content, normalize_key
 from popagent.models import MemoryFilter
 from popagent.observe import MemorySettingsStore
 from popagent.observe.engine import ObservationalMemory
+from popagent.secrets import SecretCipher
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
 from tests.agent_support import CountingTool
@@ -853,3 +859,128 @@ async def test_audit_rows_keep_no_credential_the_model_put_in_a_name(
     assert "[redacted:" in stored and "content" in stored
     assert GITHUB.lower() not in stored and "kx9#vlm2qt" not in stored
     assert scan_database(scratch_url) == {}
+
+
+# --- identifiers, names and the access log ---------------------------------------------------
+
+#: The corpus values that an identifier could hold and that the screen finds alone (a
+#: token's shape; a bare password is a credential only by the words around it), and
+#: the compact ones with their context.
+ID_SECRETS = [
+    s.value for s in CORPUS if not any(c.isspace() for c in s.value) and credential_kinds(s.value)
+] + KEY_SECRETS
+
+
+async def test_no_corpus_value_reaches_the_database_through_an_identifier(
+    scratch_root: Popagent,
+    scratch_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Session and resource IDs, a key's name, a secret's name: refused, naming the
+    field (an identifier cannot be redacted). An import's ``tool_call_id``: redacted,
+    as in items; a record that names a key twice: refused. The access log masks a
+    credential in a path, on a refused request too."""
+    root = scratch_root
+    memory, threads, items = root.memory, root.threads, root.items
+    secrets = root.secrets(SecretCipher(b"k" * 32))
+    assert len(ID_SECRETS) >= 20
+    item = [{"role": "user", "content": "hello"}]
+    for value in ID_SECRETS:
+        for write, field in (
+            (lambda v=value: threads.create_session(RESOURCE, v), "session_id"),
+            (
+                lambda v=value: threads.append_message(
+                    RESOURCE, v, "user", "hello", create_session=True
+                ),
+                "session_id",
+            ),
+            (lambda v=value: items.append(RESOURCE, v, item), "session_id"),
+            (lambda v=value: memory.retain_episode(RESOURCE, v, "hi", "ok"), "session_id"),
+            (lambda v=value: memory.remember(v, "Likes jazz"), "resource_id"),
+            (lambda v=value: threads.create_session(v, "s1"), "resource_id"),
+            (lambda v=value: root.keys.create(RESOURCE, f"ci {v}"), "name"),
+            (lambda v=value: secrets.set(RESOURCE, v, "the value"), "name"),
+        ):
+            with pytest.raises(ValidationError) as refused:
+                await write()
+            assert refused.value.field == field, (value, field)
+            assert value not in str(refused.value)
+
+    # The API: a session ID in the path is refused (422 naming it); with a token, a
+    # request without it is refused (401) before any route; the access log masks both.
+    caplog.set_level("INFO", logger="popagent.access")
+    for token in (None, "t" * 32):
+        app = create_app(
+            ServerConfig(resource_id=RESOURCE, maintenance_interval_s=None, token=token),
+            root=root,
+        )
+        async with in_process(app) as api:
+            for value in ID_SECRETS:
+                session = quote(value, safe="")
+                added = await api.post(f"/api/sessions/{session}/items", json={"items": item})
+                read = await api.get(f"/api/sessions/{session}/messages")
+                if token is not None:
+                    assert (added.status_code, read.status_code) == (401, 401)
+                elif "/" not in value:  # a "/" makes it two segments: no such route
+                    assert (added.status_code, added.json()["field"]) == (422, "session_id")
+                    assert (read.status_code, read.json()["field"]) == (422, "session_id")
+                    assert value not in added.text
+    # Multi-resource mode audits a refused credential with the path's first two
+    # segments: a credential there is masked too (the scan below reads the audit).
+    app = create_app(
+        ServerConfig(maintenance_interval_s=None, multi_resource=True, token="t" * 32), root=root
+    )
+    async with in_process(app, authorization="Bearer pak_" + "x" * 43) as api:
+        for value in ID_SECRETS:
+            unknown = await api.get(f"/api/{quote(value, safe='')}")
+            assert unknown.status_code == 401
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE path LIKE '%%[REDACTED:%%') AS masked, count(*) AS n"
+            " FROM popagent_access_audit WHERE reason = 'unknown_credential'"
+        )
+        audited = await cur.fetchone()
+    # (A value with a "/" leaves only its first part, no credential, in the route.)
+    assert audited == {"masked": sum("/" not in v for v in ID_SECRETS), "n": len(ID_SECRETS)}
+    logged = [r for r in caplog.records if r.name == "popagent.access"]
+    assert len(logged) >= 5 * len(ID_SECRETS)
+    assert any("[REDACTED:" in r.getMessage() for r in logged)
+    for value in ID_SECRETS:
+        for record in logged:
+            assert value not in record.getMessage() and value not in str(record.__dict__)
+
+    # Import: a fact's and an episode's tool_call_id are redacted; a session ID is refused.
+    runner, cli = CliRunner(), ["--database-url", scratch_url]
+    head = json.dumps({"format": "popagent-export", "version": 1, "resource_id": "x"})
+    when = "2026-02-01T10:00:00+00:00"
+    fact = {"type": "fact", "id": 1, "key": None, "content": "Ordinary", "importance": 0.5}
+    fact |= {"origin": "agent", "version": 1, "created_at": when, "updated_at": when}
+    episode = {"type": "episode", "id": 2, "session_id": "imp", "content": "User: hi"}
+    episode |= {"importance": 0.5, "origin": "turn", "created_at": when}
+    for n, value in enumerate(ID_SECRETS):
+        records = [{**fact, "tool_call_id": value}, {**episode, "tool_call_id": value}]
+        crafted = tmp_path / f"tool-call-{n}.jsonl"
+        crafted.write_text("\n".join([head, *map(json.dumps, records)]) + "\n", encoding="utf-8")
+        out = await asyncio.to_thread(
+            runner.invoke, main, [*cli, "import", str(crafted), "--resource-id", f"imp-{n}"]
+        )
+        assert out.exit_code == 0, out.output
+        for kind in ("fact", "episode"):
+            [stored] = await memory.list(f"imp-{n}", MemoryFilter(kind=kind))
+            assert stored.tool_call_id is not None and "[REDACTED:" in stored.tool_call_id
+        named = {"type": "session", "session_id": value, "created_at": when, "updated_at": when}
+        crafted.write_text(f"{head}\n{json.dumps(named)}\n")
+        out = await asyncio.to_thread(
+            runner.invoke, main, [*cli, "import", str(crafted), "--resource-id", "imp-s"]
+        )
+        assert out.exit_code == 2 and "line 2: session.session_id" in out.output, out.output
+        assert value not in out.output
+    twice = '{"type": "fact", "id": 1, "content": "Ordinary", "content": "Other"}'
+    crafted = tmp_path / "twice.jsonl"
+    crafted.write_text(f"{head}\n{twice}\n", encoding="utf-8")
+    out = await asyncio.to_thread(runner.invoke, main, [*cli, "import", str(crafted)])
+    assert out.exit_code == 2 and "line 2" in out.output and "'content' twice" in out.output
+
+    assert scan_database(scratch_url) == {}
+    assert scan_dump(scratch_url) == []

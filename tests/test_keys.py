@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import popagent
 from popagent.cli import main
-from popagent.keys import KeyStore, RateLimit, hash_secret, looks_like_key
+from popagent.keys import KeyStore, RateLimit, Usage, hash_secret, looks_like_key
 from popagent.models import MemoryFilter, Session
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig
@@ -506,7 +506,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
                     "/api/facts", json={"content": f"fact {n}"}, headers=bearer(small)
                 )
                 assert made.status_code == 201, made.text
-            assert await store.usage(one) == (3, 18)
+            assert await store.usage(one) == Usage(one, 3, 18, 0)
             full = await a.post("/api/facts", json={"content": "one more"}, headers=bearer(small))
             assert full.status_code == 429 and full.json()["error"] == "quota_exceeded"
             assert "quota is 3" in full.json()["message"] and full.headers["retry-after"]
@@ -515,7 +515,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
             fact = (await memory.list(one, MemoryFilter(kind="fact")))[0]
             gone = await a.delete(f"/api/facts/{fact.id}", headers=bearer(small))
             assert gone.status_code in (200, 204), gone.text
-            assert (await store.usage(one))[0] == 2
+            assert (await store.usage(one)).memories == 2
             again = await b.post("/api/facts", json={"content": "fits now"}, headers=bearer(small))
             assert again.status_code == 201
             # 40 bytes: one memory of 41 fits (the check is before the write), the next not.
@@ -523,10 +523,11 @@ async def test_storage_quota_counts_memories_from_the_statistics(
             assert big.status_code == 201, big.text
             over = await b.post("/api/facts", json={"content": "y"}, headers=bearer(large))
             assert over.status_code == 429 and "41 bytes" in over.json()["message"]
-            assert await store.usage(two) == (1, 41)
+            assert await store.usage(two) == Usage(two, 1, 41, 0)
     reasons = {(e["resource_id"], e["reason"]) for e in await store.audit(100)}
     assert (one, "quota") in reasons and (two, "quota") in reasons
-    assert await store.usage(f"res-{uuid.uuid4().hex}") == (0, 0)
+    unknown = f"res-{uuid.uuid4().hex}"
+    assert await store.usage(unknown) == Usage(unknown, 0, 0, 0)
 
 
 async def test_revocation_is_immediate_across_serve_workers(

@@ -348,3 +348,14 @@ def test_format_and_parse_round_trip() -> None:
             for s in SETTINGS
         }
         assert MemorySettings(**parsed) == settings
+
+
+@pytest.mark.parametrize("blank", ["\u200b" * 4_000, "\ufeff\u2060 \u200c", "\u00ad\u180e\t"])
+def test_guidance_of_invisible_characters_alone_is_off(blank: str) -> None:
+    """Zero-width characters show nothing: guidance made of them alone is off, as
+    blank guidance is (and as a fact's content made of them is refused as empty);
+    guidance with visible text keeps them."""
+    settings = make(observer_guidance=blank, reflector_guidance=blank)
+    assert (settings.observer_guidance, settings.reflector_guidance) == (None, None)
+    visible = f"be brief{blank[:100]}"
+    assert make(observer_guidance=visible).observer_guidance == visible

@@ -8,6 +8,7 @@ from __future__ import annotations
 import unicodedata
 from datetime import datetime
 
+from .credentials import credential_kinds
 from .errors import ValidationError
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "check_id",
     "check_limit",
     "check_new_session_id",
+    "check_no_credential",
     "check_text",
     "check_time",
     "is_blank",
@@ -72,9 +74,13 @@ def strip_blank(text: str) -> str:
     return text[start:end]
 
 
-def check_id(field: str, value: object) -> str:
+def check_id(field: str, value: object, *, screen: bool = True) -> str:
     """A resource or session ID: 1 to 256 characters, none of them whitespace, a control
-    or an invisible character; kept exactly as given (no trimming, no case folding).
+    or an invisible character, and no credential (``check_no_credential``); kept exactly
+    as given (no trimming, no case folding).
+
+    ``screen=False`` leaves out the credential screen, for deletes alone: an ID stored
+    before the screen existed can still be deleted (and so its credential with it).
 
     The one rule for every identifier a caller chooses (a fact's key adds lower-casing
     and its own cap): ``"alice smith"`` is refused rather than silently naming a
@@ -84,7 +90,7 @@ def check_id(field: str, value: object) -> str:
     # The common case, in C: printable ASCII without a space holds no whitespace,
     # control or invisible character (imports check tens of thousands of IDs).
     if text.isascii() and text.isprintable() and " " not in text and 0 < len(text) <= ID_CAP:
-        return text
+        return check_no_credential(field, text) if screen else text
     if is_blank(text):
         raise ValidationError(field, "must not be empty")
     if len(text) > ID_CAP:
@@ -98,6 +104,24 @@ def check_id(field: str, value: object) -> str:
             raise ValidationError(
                 field, "must not contain invisible characters (zero-width, BOM, bidi marks)"
             )
+    return check_no_credential(field, text) if screen else text
+
+
+def check_no_credential(field: str, text: str) -> str:
+    """``text``, an identifier or a name, when it holds no credential, else
+    ``ValidationError`` naming ``field`` and the kinds found (never the value).
+
+    The same screen as every stored text's (``popagent.credentials``), but refusing:
+    an identifier is a key that rows are found by, which cannot be redacted. Session
+    and resource IDs arrive in URLs and land in every table of a resource; a
+    credential there would be stored in clear and written to logs."""
+    kinds = credential_kinds(text)
+    if kinds is not None:
+        raise ValidationError(
+            field,
+            f"looks like it contains a credential ({kinds}); an identifier is stored and "
+            "shown in clear, so choose one that holds no secret",
+        )
     return text
 
 

@@ -85,19 +85,19 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from itertools import accumulate
 from typing import Any
 
-from .checks import is_invisible
-
 __all__ = [
     "CredentialFinding",
+    "credential_kinds",
     "find_credentials",
     "redact_credentials",
     "redact_json",
     "redact_json_text",
     "redacted",
+    "redacted_path",
 ]
 
 
@@ -1007,6 +1007,9 @@ def _invisible_run() -> re.Pattern[str]:
     point ranges (a list of single characters makes the engine slow on every
     non-ASCII text). Format characters (``Cf``) live in Unicode's planes 0, 1 and
     14 only, so those are the ones read (once per process, about 20 ms)."""
+    # Imported here: ``checks`` screens identifiers with this module (``check_id``).
+    from .checks import is_invisible
+
     planes = (range(0x10000), range(0x10000, 0x20000), range(0xE0000, 0xF0000))
     ranges: list[list[int]] = []
     for code in (c for plane in planes for c in plane if is_invisible(chr(c))):
@@ -1098,6 +1101,17 @@ def find_credentials(text: str) -> list[CredentialFinding]:
     return merged
 
 
+@lru_cache(maxsize=4096)
+def credential_kinds(text: str) -> str | None:
+    """The kinds of credential found in ``text``, joined by ", " (``None``: none).
+
+    For identifiers (``checks.check_id``, key and secret names), which cannot be
+    redacted, only refused: cached, since the same resource and session IDs come
+    with request after request (and an import checks tens of thousands)."""
+    findings = find_credentials(text)
+    return ", ".join(sorted({f.kind for f in findings})) if findings else None
+
+
 def redacted(text: str) -> str:
     """``text`` with each credential replaced by ``[REDACTED:<kind>]``."""
     return redact_credentials(text)[0]
@@ -1105,7 +1119,33 @@ def redacted(text: str) -> str:
 
 def redact_credentials(text: str) -> tuple[str, int]:
     """``text`` with each credential replaced by ``[REDACTED:<kind>]``, and how many were."""
-    findings = find_credentials(text)
+    return _splice(text, find_credentials(text))
+
+
+def redacted_path(path: str) -> str:
+    """A URL path with each credential in it replaced by ``[REDACTED:<kind>]``: for
+    the access log, which writes the path of every request, refused ones too.
+
+    Screened twice, linear both times: as written (a URL inside the path keeps its
+    ``//``) and with each ``/`` read as a space, so that a segment is screened as
+    the whole it is (a card number between slashes reads as a date's digits
+    otherwise). Overlapping findings are merged as ``find_credentials`` merges."""
+    spans = find_credentials(path) + find_credentials(path.replace("/", " "))
+    if not spans:
+        return path
+    spans.sort(key=lambda f: (f.start, -f.end))
+    merged: list[CredentialFinding] = []
+    for finding in spans:
+        if merged and finding.start < merged[-1].end:
+            last = merged[-1]
+            merged[-1] = CredentialFinding(last.kind, last.start, max(last.end, finding.end))
+            continue
+        merged.append(finding)
+    return _splice(path, merged)[0]
+
+
+def _splice(text: str, findings: list[CredentialFinding]) -> tuple[str, int]:
+    """``text`` with each of ``findings`` (sorted, apart) replaced by its marker."""
     if not findings:
         return text, 0
     out: list[str] = []

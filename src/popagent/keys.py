@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from .checks import check_id
+from .checks import check_id, check_no_credential
 from .errors import ConflictError, NotFoundError, ValidationError
 from .store import keys as sql
 from .store.database import Pool
@@ -64,6 +64,7 @@ __all__ = [
     "Principal",
     "RateLimit",
     "Scope",
+    "Usage",
     "hash_secret",
     "looks_like_key",
     "new_key",
@@ -129,10 +130,11 @@ class RateLimit:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one key and one resource may use in multi-resource mode, the same for
-    every surface (the API and GUI, MCP over HTTP): a key's request rate, and the
-    memories and bytes of memory content a resource may store. ``None``: no limit.
-    A write that would add content to a resource at or past a quota is refused
-    (429); a delete never is."""
+    every surface (the API and GUI, MCP over HTTP): a key's request rate, the
+    memories a resource may store, and the bytes it may store: its memories'
+    content and its chats' messages together (``Usage``). ``None``: no limit.
+    A write that would add content to a resource at or past a quota (a memory, a
+    message, a session item, a chat turn) is refused (429); a delete never is."""
 
     rate: RateLimit | None = None
     max_memories: int | None = None
@@ -166,6 +168,34 @@ class Limits:
         return (
             f"this key may make {self.rate.per_minute:,} requests a minute, "
             f"in bursts of up to {self.rate.burst:,}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a resource stores, as its storage quotas count it: its memories, the bytes
+    of their content, and the bytes of its sessions' messages (text, parts and the
+    framework item, as JSON text: migration 0020). ``bytes`` is what
+    ``Limits.max_bytes`` bounds."""
+
+    resource_id: str
+    memories: int
+    memory_bytes: int
+    thread_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.memory_bytes + self.thread_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field under its own name, then ``bytes``."""
+        return {name: getattr(self, name) for name in Usage.__slots__} | {"bytes": self.bytes}
+
+    def describe(self) -> str:
+        """One line for a person: ``12 memories (3,400 bytes), chats 9,000 bytes``."""
+        return (
+            f"{self.memories:,} memories ({self.memory_bytes:,} bytes), "
+            f"chats {self.thread_bytes:,} bytes"
         )
 
 
@@ -225,12 +255,13 @@ def check_scope(value: str) -> Scope:
 
 
 def check_name(value: str) -> str:
+    """A key's name: its characters, and no credential (it is listed in clear)."""
     if not _NAME.fullmatch(value):
         raise ValidationError(
             "name",
             "1 to 100 characters: a letter or digit, then letters, digits, spaces and . _ @ : -",
         )
-    return value
+    return check_no_credential("name", value)
 
 
 #: Seconds a process keeps the refusals it answered itself before it audits them.
@@ -519,24 +550,27 @@ class KeyStore:
                 await self._flusher
         await self.flush()
 
-    async def usage(self, resource_id: str) -> tuple[int, int]:
-        """How many memories ``resource_id`` stores and the bytes of their content:
-        one row of recall's statistics."""
+    async def usage(self, resource_id: str) -> Usage:
+        """What ``resource_id`` stores (``Usage``): one row of recall's statistics."""
         async with self.pool.connection() as conn:
-            return await sql.resource_usage(conn, resource_id)
+            return Usage(resource_id, *await sql.resource_usage(conn, resource_id))
 
     async def over_quota(self, resource_id: str, limits: Limits) -> str | None:
         """Why a write adding content to ``resource_id`` is refused (it is at or past a
         quota of ``limits``), else ``None``."""
         if not limits.has_quota:
             return None
-        memories, size = await self.usage(resource_id)
-        if limits.max_memories is not None and memories >= limits.max_memories:
+        used = await self.usage(resource_id)
+        if limits.max_memories is not None and used.memories >= limits.max_memories:
             return (
-                f"this resource stores {memories:,} memories; its quota is {limits.max_memories:,}"
+                f"this resource stores {used.memories:,} memories; "
+                f"its quota is {limits.max_memories:,}"
             )
-        if limits.max_bytes is not None and size >= limits.max_bytes:
-            return f"this resource stores {size:,} bytes of memories; its quota is {limits.max_bytes:,}"
+        if limits.max_bytes is not None and used.bytes >= limits.max_bytes:
+            return (
+                f"this resource stores {used.bytes:,} bytes ({used.describe()}); "
+                f"its quota is {limits.max_bytes:,}"
+            )
         return None
 
     async def audit_refusal(

@@ -251,7 +251,8 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--quota-bytes",
             type=click.IntRange(min=1),
-            help="Multi-resource mode: bytes of memory content one resource may store.",
+            help="Multi-resource mode: bytes one resource may store in memories and chats "
+            "together (a write past it gets 429).",
         ),
     ]
 

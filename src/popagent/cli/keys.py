@@ -4,7 +4,8 @@ A key belongs to one resource (``--resource-id``) and has a scope (read, write,
 admin of that resource) and an optional expiry. ``create`` prints the key once,
 on stdout alone (so that ``KEY=$(popagent keys create ...)`` works); it is
 stored only as a hash and cannot be shown again. ``list`` shows names, scopes,
-times and use counts, never a key. ``revoke`` takes effect at once for every
+times and use counts, never a key, and what each listed resource stores against
+the storage quotas (``popagent.keys.Usage``). ``revoke`` takes effect at once for every
 server process. These commands act on the database directly, as the operator
 (``popagent serve --multi-resource`` serves the keys; docs/server.md).
 """
@@ -20,7 +21,7 @@ from typing import TypeVar
 import click
 
 from ..connection import connect
-from ..keys import ApiKey, KeyStore
+from ..keys import ApiKey, KeyStore, Usage
 from .common import Settings, emit_json, exit_codes, parse_when, print_rows, when
 
 __all__ = ["keys_group"]
@@ -111,15 +112,29 @@ def keys_create(
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def keys_list(ctx: click.Context, include_revoked: bool, as_json: bool) -> None:
-    """List keys: id, resource, name, scope, prefix, times and use count (never a key);
-    only one resource's with --resource-id."""
+    """List keys: id, resource, name, scope, prefix, times and use count (never a key),
+    then what each resource stores (memories, their bytes, its chats' bytes: what the
+    storage quotas count); only one resource's with --resource-id. With --json each
+    key carries its resource's usage."""
     settings: Settings = ctx.obj
     resource_id = settings.resource_id if settings.resource_on_command_line else None
 
-    async def action(store: KeyStore) -> list[ApiKey]:
-        return await store.list_keys(resource_id, include_revoked=include_revoked)
+    async def action(store: KeyStore) -> tuple[list[ApiKey], dict[str, Usage]]:
+        keys = await store.list_keys(resource_id, include_revoked=include_revoked)
+        resources = list(dict.fromkeys(k.resource_id for k in keys))
+        if resource_id is not None and resource_id not in resources:
+            resources.append(resource_id)
+        return keys, {r: await store.usage(r) for r in resources}
 
-    print_rows(_run(ctx, action), as_json, to_json=ApiKey.to_json, line=_key_line, none="No keys.")
+    keys, usage = _run(ctx, action)
+
+    def to_json(k: ApiKey) -> dict[str, object]:
+        return k.to_json() | {"usage": usage[k.resource_id].to_json()}
+
+    print_rows(keys, as_json, to_json=to_json, line=_key_line, none="No keys.")
+    if not as_json:
+        for used in usage.values():
+            click.echo(f"{used.resource_id} stores {used.describe()}: {used.bytes:,} bytes")
 
 
 def _key_line(r: ApiKey) -> str:

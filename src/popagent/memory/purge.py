@@ -67,7 +67,7 @@ async def purge_resource(pool: Pool, resource_id: str, *, vacuum: bool = True) -
     Raises ``ValidationError`` for a bad ID and ``DatabaseError`` when the
     database fails before the commit (then nothing was deleted).
     """
-    resource_id = check_id("resource_id", resource_id)
+    resource_id = check_id("resource_id", resource_id, screen=False)
     if not isinstance(vacuum, bool):
         raise ValidationError("vacuum", "must be true or false")
     async with pool.connection() as conn, conn.transaction():
@@ -94,7 +94,7 @@ async def purge_resource(pool: Pool, resource_id: str, *, vacuum: bool = True) -
 
 async def count_resource_rows(pool: Pool, resource_id: str) -> tuple[tuple[str, int], ...]:
     """What ``purge_resource`` would delete now: the resource's rows per table, in purge order."""
-    resource_id = check_id("resource_id", resource_id)
+    resource_id = check_id("resource_id", resource_id, screen=False)
     async with pool.connection() as conn:
         counts = await count_rows(conn, resource_id)
     return tuple(counts.items())

@@ -215,7 +215,8 @@ def _positive_id(field: str, value: object) -> int:
 
 
 def check_provenance(value: object) -> Provenance:
-    """A ``Provenance`` whose origin is known and whose ids are in range."""
+    """A ``Provenance`` whose origin is known and whose ids are in range, its
+    ``tool_call_id`` with any credential redacted."""
     if value is None:
         return Provenance()
     if not isinstance(value, Provenance):
@@ -232,6 +233,11 @@ def check_provenance(value: object) -> Provenance:
         tool_call_id = check_text("tool_call_id", value.tool_call_id)
         if not tool_call_id or len(tool_call_id) > TOOL_CALL_ID_CAP:
             raise ValidationError("tool_call_id", f"must be 1 to {TOOL_CALL_ID_CAP} characters")
+        # Redacted as in a message's tool call (``threads.items.screen_item``): a tool
+        # call's id is the client's text, stored and exported with the memory.
+        screened, found = redact_credentials(tool_call_id)
+        if found:
+            return replace(value, tool_call_id=screened)
     return value
 
 

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Self, get_args
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..checks import check_text
+from ..checks import check_text, is_blank
 from ..credentials import redacted
 from ..errors import ValidationError
 
@@ -161,7 +161,9 @@ class MemorySettings(BaseModel):
         # The credential screen, as for every other text popagent keeps: guidance is
         # stored, exported and sent to the Observer/Reflector, so a key typed into it
         # is redacted. Applied on every read as well (rows written before the screen).
-        return redacted(text) if text.strip() else None
+        # Blank is off: whitespace, and invisible characters alone (4,000 zero-width
+        # spaces show nothing, as for a fact's content, which refuses them as empty).
+        return None if is_blank(text) else redacted(text)
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
@@ -540,7 +542,8 @@ SETTINGS: tuple[Setting, ...] = (
         "observer_guidance",
         "text",
         "characters",
-        f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text is off)",
+        f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text, "
+        "zero-width characters alone included, is off)",
         "Custom guidance appended to the Observer's instructions (credentials in it are "
         "redacted, as in every text popagent keeps).",
         "`observation.instruction`",
@@ -549,7 +552,8 @@ SETTINGS: tuple[Setting, ...] = (
         "reflector_guidance",
         "text",
         "characters",
-        f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text is off)",
+        f"off, or text of at most {GUIDANCE_CAP:,} characters without NUL (blank text, "
+        "zero-width characters alone included, is off)",
         "Custom guidance appended to the Reflector's instructions (credentials in it are "
         "redacted, as in every text popagent keeps).",
         "`reflection.instruction`",

@@ -100,7 +100,27 @@ def _finite(text: str) -> float:
     return value
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+class _DuplicateKey(ValueError):
+    """An object names a key twice: JSON leaves it to the reader, and Python's reader
+    would keep the last silently. A record names each field once, so it is refused."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)  # in C; the slow search below runs for a refused line only
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(
+                    f"holds the key {key[:40]!r} twice in one object (each field is named once)"
+                )
+            seen.add(key)
+    return value
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys
+)
 
 
 def _too_deep(value: object, limit: int) -> bool:
@@ -136,6 +156,8 @@ def parse_line(lineno: int, text: str) -> object:
         raise line_error(
             lineno, f"nests arrays or objects too deeply (at most {MAX_DEPTH} levels)"
         ) from None
+    except _DuplicateKey as exc:
+        raise line_error(lineno, str(exc)) from None
     except ValueError as exc:
         reason = str(exc)
         if "integer string conversion" in reason:
@@ -290,6 +312,8 @@ class DocumentReader:
             ) from None
         except RecursionError:
             raise self.fail(where, _TOO_DEEP) from None
+        except _DuplicateKey as exc:
+            raise self.fail(where, str(exc)) from None
         except ValueError as exc:
             reason = str(exc)
             if "integer string conversion" in reason:

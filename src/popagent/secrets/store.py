@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..checks import check_id, check_text, check_time
+from ..checks import check_id, check_no_credential, check_text, check_time
 from ..errors import NotFoundError, SecretDecryptError, ValidationError
 from ..store import secrets as sql
 from ..store._rows import from_row
@@ -132,7 +132,8 @@ class SecretStore:
         secret also replaces (or clears) its expiry.
         """
         resource_id = check_id("resource_id", resource_id)
-        name = _check_name(name)
+        # The name is shown and stored in clear: a credential in it is refused.
+        name = check_no_credential("name", _check_name(name))
         value = _check_value(value)
         ttl = _check_ttl(ttl)
         sealed = self._cipher.encrypt(resource_id, name, value)
@@ -212,7 +213,7 @@ class SecretStore:
 
     async def delete(self, resource_id: str, name: str, *, now: datetime | None = None) -> None:
         """Delete the secret ``name``; ``NotFoundError`` if absent (or already expired)."""
-        resource_id = check_id("resource_id", resource_id)
+        resource_id = check_id("resource_id", resource_id, screen=False)
         name = _check_name(name)
         now = check_time("now", now)
         async with self._pool.connection() as conn:

@@ -159,11 +159,12 @@ SELECT 'refused', %(resource_id)s, %(key_id)s, %(scope)s, 'rate_limited', %(meth
 FROM generate_series(1, %(n)s)
 """
 
-#: The resource's stored memories and the bytes of their content, for the storage
-#: quotas: recall's statistics keep both (store/recall_stats.py, migrations 0004
-#: and 0019), so this is one primary-key lookup however large the resource.
+#: The resource's stored memories, the bytes of their content and the bytes of its
+#: chats' messages, for the storage quotas: recall's statistics keep all three
+#: (store/recall_stats.py, migrations 0004, 0019 and 0020), so this is one
+#: primary-key lookup however large the resource.
 RESOURCE_USAGE = """
-SELECT documents AS memories, content_bytes AS bytes
+SELECT documents AS memories, content_bytes AS memory_bytes, thread_bytes
 FROM popagent_resource_stats WHERE resource_id = %(resource_id)s
 """
 
@@ -345,12 +346,14 @@ async def record_refusals(
     )
 
 
-async def resource_usage(conn: Conn, resource_id: str) -> tuple[int, int]:
-    """How many memories ``resource_id`` stores and the bytes of their content
-    (``(0, 0)`` for a resource with none)."""
+async def resource_usage(conn: Conn, resource_id: str) -> tuple[int, int, int]:
+    """How many memories ``resource_id`` stores, the bytes of their content and the
+    bytes of its messages (``(0, 0, 0)`` for a resource with none)."""
     cur = await conn.execute(RESOURCE_USAGE, {"resource_id": resource_id})
     row = await cur.fetchone()
-    return (0, 0) if row is None else (int(row["memories"]), int(row["bytes"]))
+    if row is None:
+        return (0, 0, 0)
+    return (int(row["memories"]), int(row["memory_bytes"]), int(row["thread_bytes"]))
 
 
 async def insert_login(

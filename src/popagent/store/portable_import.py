@@ -34,7 +34,7 @@ from typing import Any
 from psycopg import sql
 
 from .database import Conn
-from .recall_stats import counted
+from .recall_stats import MESSAGE_BYTES, counted, thread_counted
 
 __all__ = [
     "CHECKS",
@@ -538,14 +538,19 @@ SELECT %(resource_id)s, session_id, new_id, status, started_at, ended_at
 FROM import_turn WHERE {_IN_ADDED_SESSION} ORDER BY new_id
 """
 
+# Their bytes are counted in the resource's thread_bytes (the storage quota).
 INSERT_MESSAGES = f"""
-INSERT INTO popagent_messages
-    (resource_id, session_id, id, turn_id, role, content, parts, item, created_at)
-OVERRIDING SYSTEM VALUE
-SELECT %(resource_id)s, m.session_id, m.new_id,
-       (SELECT t.new_id FROM import_turn t WHERE t.turn_id = m.turn_id),
-       m.role, m.content, m.parts, m.item, m.created_at
-FROM import_message m WHERE m.{_IN_ADDED_SESSION} ORDER BY m.new_id
+WITH written AS (
+    INSERT INTO popagent_messages
+        (resource_id, session_id, id, turn_id, role, content, parts, item, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT %(resource_id)s, m.session_id, m.new_id,
+           (SELECT t.new_id FROM import_turn t WHERE t.turn_id = m.turn_id),
+           m.role, m.content, m.parts, m.item, m.created_at
+    FROM import_message m WHERE m.{_IN_ADDED_SESSION} ORDER BY m.new_id
+    RETURNING resource_id, {MESSAGE_BYTES.format(m="popagent_messages")} AS bytes
+), {thread_counted("written")}
+SELECT count(*) AS n FROM written
 """
 
 # The target id of the source message a pointer names, or of its nearest

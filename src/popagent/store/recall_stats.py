@@ -3,7 +3,8 @@
 ``popagent_resource_stats`` and ``popagent_lexeme_stats`` (migration 0004) hold
 what BM25 needs to know of a resource: its memories and their summed lengths,
 and per lexeme how many of its memories hold it; since migration 0019 also the
-bytes of the resource's memory content (the storage quota's one-row lookup). Invariant: after every
+bytes of the resource's memory content, and since 0020 the bytes of its messages
+(``thread_bytes``: the storage quota's one-row lookup). Invariant: after every
 statement of ``store/`` both equal a full count of ``popagent_memories`` (a
 lexeme whose count fell to 0 may remain with 0); ``tests/test_recall_statistics.py``
 checks every write path against a recount.
@@ -28,7 +29,11 @@ first (Citus runs the CTEs one after another in that order anyway).
 
 from __future__ import annotations
 
-__all__ = ["counted"]
+__all__ = ["MESSAGE_BYTES", "counted", "thread_counted"]
+
+#: A message's size in the storage quota (migration 0020): its text, parts and item
+#: as JSON text. ``{m}`` is the alias of the message row.
+MESSAGE_BYTES = "popagent_message_bytes({m}.content, {m}.parts, {m}.item)"
 
 
 def counted(rows: str, sign: int, *, where: str = "true", name: str = "counted") -> str:
@@ -61,4 +66,22 @@ def counted(rows: str, sign: int, *, where: str = "true", name: str = "counted")
     WHERE {where} AND (SELECT count(*) FROM {name}_resources) >= 0
     GROUP BY r.resource_id, l.lexeme ORDER BY r.resource_id, l.lexeme
     ON CONFLICT (resource_id, lexeme) DO UPDATE SET documents = s.documents + EXCLUDED.documents
+)"""
+
+
+def thread_counted(rows: str, *, name: str = "thread_counted") -> str:
+    """A CTE (to follow ``rows`` in a ``WITH`` list) that adds the ``bytes`` of CTE
+    ``rows`` to their resources' ``thread_bytes`` (migration 0020): positive for
+    messages written, negative for messages deleted, a difference for messages
+    rewritten. ``rows`` must return ``resource_id`` and ``bytes``; a statement that
+    writes messages of a session locks the session's row before this CTE runs (its
+    insert reads the session's CTE), so a writer of a session queues on that row
+    before the resource's and never deadlocks with a session's delete."""
+    return f"""{name} AS (
+    INSERT INTO popagent_resource_stats AS s (resource_id, thread_bytes)
+    SELECT r.resource_id, coalesce(sum(r.bytes), 0)
+    FROM {rows} r
+    GROUP BY r.resource_id ORDER BY r.resource_id
+    ON CONFLICT (resource_id) DO UPDATE SET thread_bytes = s.thread_bytes + EXCLUDED.thread_bytes
+    RETURNING s.resource_id
 )"""

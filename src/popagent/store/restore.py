@@ -187,6 +187,16 @@ def _migrations_of(archive: ArchiveInfo) -> list[Migration]:
         wanted.append(mine)
     if not wanted:
         raise BackupError(f"the backup's {MARKER_TABLE} is empty; nothing was restored")
+    # Migrations apply in order, each on what the ones before made: a backup that
+    # lists one as missing (removed, with what it created) is not a schema any
+    # popagent made, and rebuilding it without that one would report the newest.
+    listed = {m.version for m in wanted}
+    for version in sorted(v for v in known if v < wanted[-1].version and v not in listed):
+        raise BackupError(
+            f"the backup's {MARKER_TABLE} lacks migration {version} "
+            f"({known[version].name}), which comes before its newest, {wanted[-1].version}: "
+            "the backup is incomplete or was altered; nothing was restored"
+        )
     return wanted
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .database import Conn
-from .threads import SESSION_CTE
+from .recall_stats import MESSAGE_BYTES, thread_counted
+from .threads import SESSION_CTE, empty_session
 
 __all__ = ["ItemRow", "append_items", "clear_session", "latest_items", "list_items", "pop_item"]
 
@@ -22,19 +23,23 @@ __all__ = ["ItemRow", "append_items", "clear_session", "latest_items", "list_ite
 ItemRow = tuple[int, str, str, dict[str, Any] | None]
 
 ITEM_COLUMNS = "id, role, content, item"
+_BYTES = MESSAGE_BYTES.format(m="popagent_messages")
 
 # The session is created when missing (an SDK session starts by adding items);
 # rows are inserted in array order, so the identity keeps the items' order.
 # ``EXCLUDED.updated_at`` is ``now()``, the column's default (a distributed table
 # refuses functions in ``DO UPDATE``: store/threads.py).
+# Their bytes are counted in the resource's thread_bytes (the storage quota).
 APPEND_ITEMS = f"""
-{SESSION_CTE}
-INSERT INTO popagent_messages (resource_id, session_id, role, content, parts, item)
-SELECT session.resource_id, session.session_id, e.row->>'role', e.row->>'content',
-       e.row->'parts', e.row->'item'
-FROM session, jsonb_array_elements(%(rows)s) WITH ORDINALITY AS e(row, n)
-ORDER BY e.n
-RETURNING {ITEM_COLUMNS}
+{SESSION_CTE}, written AS (
+    INSERT INTO popagent_messages (resource_id, session_id, role, content, parts, item)
+    SELECT session.resource_id, session.session_id, e.row->>'role', e.row->>'content',
+           e.row->'parts', e.row->'item'
+    FROM session, jsonb_array_elements(%(rows)s) WITH ORDINALITY AS e(row, n)
+    ORDER BY e.n
+    RETURNING {ITEM_COLUMNS}, resource_id, {_BYTES} AS bytes
+), {thread_counted("written")}
+SELECT {ITEM_COLUMNS} FROM written ORDER BY id
 """
 
 LIST_ITEMS = f"""
@@ -56,19 +61,23 @@ SELECT * FROM (
 
 # The newest message goes; a concurrent pop that lost the race finds no row.
 POP_ITEM = f"""
-DELETE FROM popagent_messages
-WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-  AND id = (
-    SELECT id FROM popagent_messages
+WITH popped AS (
+    DELETE FROM popagent_messages
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
-    ORDER BY id DESC LIMIT 1
-  )
-RETURNING {ITEM_COLUMNS}
+      AND id = (
+        SELECT id FROM popagent_messages
+        WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+        ORDER BY id DESC LIMIT 1
+      )
+    RETURNING {ITEM_COLUMNS}, resource_id, -{_BYTES} AS bytes
+), {thread_counted("popped")}
+SELECT {ITEM_COLUMNS} FROM popped
 """
 
-# Clearing deletes the session row, so every thread-scoped table (messages,
-# turns, observations, and whatever later migrations add) is emptied by its
-# cascade, then puts the row back as it was: same title, metadata and creation time.
+# Clearing deletes the session's messages (counted: ``threads.empty_session``), then
+# the session row, so every other thread-scoped table (turns, observations, and
+# whatever later migrations add) is emptied by its cascade, then puts the row back
+# as it was: same title, metadata and creation time.
 CLEAR_DELETE = """
 DELETE FROM popagent_sessions
 WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
@@ -129,7 +138,9 @@ async def pop_item(conn: Conn, resource_id: str, session_id: str) -> ItemRow | N
 async def clear_session(conn: Conn, resource_id: str, session_id: str) -> bool:
     """Empty the session, keeping its row; ``False`` when there is no such session.
 
-    Two statements: run it inside the caller's transaction."""
+    Several statements: run it inside the caller's transaction."""
+    if not await empty_session(conn, resource_id, session_id):
+        return False
     keys = {"resource_id": resource_id, "session_id": session_id}
     cur = await conn.execute(CLEAR_DELETE, keys)
     row = await cur.fetchone()

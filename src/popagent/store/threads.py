@@ -2,7 +2,12 @@
 
 Invariants: functions take the caller's connection and never open a
 transaction; every statement filters on ``resource_id`` first; nothing here
-reads or writes ``popagent_memories``.
+reads or writes ``popagent_memories``. Every statement that writes, rewrites or
+deletes messages counts their bytes in the resource's ``thread_bytes``
+(``recall_stats.thread_counted``, migration 0020: the storage quota), locking the
+session's row before the resource's statistics row; a session is deleted by
+``empty_session`` first, which locks its row so that no message is added
+uncounted meanwhile.
 
 Turns: a chat turn's user message and its ``running`` turn row are written by
 one statement (``start_turn``), which also marks any earlier turn of the
@@ -27,6 +32,7 @@ from psycopg.types.json import Jsonb
 from ..models import Message, Session, TurnStatus
 from .database import Conn
 from .locks import turn_lock_held_sql
+from .recall_stats import MESSAGE_BYTES, thread_counted
 
 __all__ = [
     "MAX_TURN_DURATION",
@@ -35,6 +41,7 @@ __all__ = [
     "complete_turn",
     "create_session",
     "delete_session",
+    "empty_session",
     "end_turn",
     "ensure_session",
     "get_session",
@@ -99,20 +106,31 @@ SESSION_CTE = f"""WITH session AS (
     RETURNING resource_id, session_id
 )"""
 
-# Marks the session as written to (its ``updated_at``): a CTE of each message insert.
+# Marks the session as written to (its ``updated_at``): a CTE of each message insert,
+# which reads it, so that the session's row is locked before the resource's
+# statistics row (``recall_stats.thread_counted``).
 _TOUCH_SESSION = """touched AS (
     UPDATE popagent_sessions SET updated_at = now()
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+    RETURNING resource_id, session_id
 )"""
+
+# A message's size in the storage quota, in a write's RETURNING.
+_BYTES = MESSAGE_BYTES.format(m="popagent_messages")
 
 
 def _insert_message_from(source: str, turn_id: str) -> str:
-    """The final ``INSERT`` of a message write: one message into ``source``'s session
-    (a CTE with ``resource_id`` and ``session_id``) and turn ``turn_id``."""
-    return f"""INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
-SELECT {source}.resource_id, {source}.session_id, {turn_id}, %(role)s, %(content)s, %(parts)s
-FROM {source}
-RETURNING {MESSAGE_COLUMNS}"""
+    """The end of a message write: ``written``, one message into ``source``'s session
+    (a CTE with ``resource_id`` and ``session_id``, which locks the session's row)
+    and turn ``turn_id``, its bytes counted in the resource's ``thread_bytes``
+    (``recall_stats.thread_counted``), and the final ``SELECT`` of the message."""
+    return f"""written AS (
+    INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
+    SELECT {source}.resource_id, {source}.session_id, {turn_id}, %(role)s, %(content)s, %(parts)s
+    FROM {source}
+    RETURNING {MESSAGE_COLUMNS}, {_BYTES} AS bytes
+), {thread_counted("written")}
+SELECT {MESSAGE_COLUMNS} FROM written"""
 
 
 SELECT_SESSION = f"""
@@ -137,16 +155,35 @@ DELETE_SESSION = """
 DELETE FROM popagent_sessions WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
 """
 
+# The first of ``empty_session``'s statements: no message can be added to the
+# session until the transaction ends (an insert takes a key-share lock on it).
+LOCK_SESSION = """
+SELECT 1 FROM popagent_sessions
+WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+FOR UPDATE
+"""
+
+# Then its messages go, counted out of the resource's thread_bytes: each one that
+# this statement deleted (a concurrent pop deletes a row once, and only that
+# statement counts it).
+DELETE_MESSAGES = f"""
+WITH gone AS (
+    DELETE FROM popagent_messages
+    WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
+    RETURNING resource_id, -{_BYTES} AS bytes
+), {thread_counted("gone")}
+SELECT count(*) AS n FROM gone
+"""
+
+# No row when the session does not exist.
 INSERT_MESSAGE = f"""
-WITH {_TOUCH_SESSION}
-INSERT INTO popagent_messages (resource_id, session_id, turn_id, role, content, parts)
-VALUES (%(resource_id)s, %(session_id)s, %(turn_id)s, %(role)s, %(content)s, %(parts)s)
-RETURNING {MESSAGE_COLUMNS}
+WITH {_TOUCH_SESSION},
+{_insert_message_from("touched", "%(turn_id)s")}
 """
 
 # The same, creating the session when it is missing, for a turn's first write.
 INSERT_MESSAGE_ENSURING_SESSION = f"""
-{SESSION_CTE}
+{SESSION_CTE},
 {_insert_message_from("session", "%(turn_id)s")}
 """
 
@@ -163,7 +200,7 @@ START_TURN = f"""
     INSERT INTO popagent_turns (resource_id, session_id)
     SELECT resource_id, session_id FROM session
     RETURNING resource_id, session_id, turn_id
-)
+),
 {_insert_message_from("turn", "turn.turn_id")}
 """
 
@@ -177,8 +214,11 @@ WITH turn AS (
     WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s
       AND turn_id = %(turn_id)s AND status <> 'completed'
     RETURNING resource_id, session_id, turn_id
-), {_TOUCH_SESSION}
-{_insert_message_from("turn", "turn.turn_id")}
+), {_TOUCH_SESSION}, ended AS (
+    SELECT turn.resource_id, turn.session_id, turn.turn_id
+    FROM turn JOIN touched USING (resource_id, session_id)
+),
+{_insert_message_from("ended", "ended.turn_id")}
 """
 
 # A turn that ended without its final message: failed or interrupted.
@@ -209,9 +249,19 @@ SELECT * FROM (
 
 # Only for scrubbing secret values out of messages already written (the turn that
 # learns a secret rewrites its own messages); history is otherwise append-only.
-REWRITE_MESSAGE = """
-UPDATE popagent_messages SET content = %(content)s, parts = %(parts)s
-WHERE resource_id = %(resource_id)s AND session_id = %(session_id)s AND id = %(id)s
+# ``was`` is the row before the statement (a self-join): the difference of the sizes
+# is counted in the resource's thread_bytes.
+REWRITE_MESSAGE = f"""
+WITH changed AS (
+    UPDATE popagent_messages m SET content = %(content)s, parts = %(parts)s
+    FROM popagent_messages was
+    WHERE m.resource_id = %(resource_id)s AND m.session_id = %(session_id)s AND m.id = %(id)s
+      AND was.resource_id = %(resource_id)s AND was.session_id = %(session_id)s
+      AND was.id = m.id
+    RETURNING m.resource_id,
+              {MESSAGE_BYTES.format(m="m")} - {MESSAGE_BYTES.format(m="was")} AS bytes
+), {thread_counted("changed")}
+SELECT count(*) AS n FROM changed
 """
 
 
@@ -334,7 +384,25 @@ async def rename_session(
     )
 
 
+async def empty_session(conn: Conn, resource_id: str, session_id: str) -> bool:
+    """Delete the session's messages, counted out of the resource's ``thread_bytes``;
+    ``False`` when there is no such session. The session's row stays locked until
+    the transaction ends, so no message is added meanwhile: run it inside the
+    caller's transaction, before deleting or recreating the session's row."""
+    keys = {"resource_id": resource_id, "session_id": session_id}
+    cur = await conn.execute(LOCK_SESSION, keys)
+    if await cur.fetchone() is None:
+        return False
+    await conn.execute(DELETE_MESSAGES, keys)
+    return True
+
+
 async def delete_session(conn: Conn, resource_id: str, session_id: str) -> bool:
+    """Delete the session and everything of it (``empty_session``, then the row, whose
+    cascade takes the other thread-scoped tables). Run it inside the caller's
+    transaction."""
+    if not await empty_session(conn, resource_id, session_id):
+        return False
     cur = await conn.execute(DELETE_SESSION, {"resource_id": resource_id, "session_id": session_id})
     return cur.rowcount > 0
 
@@ -359,11 +427,9 @@ async def append_message(
     query = INSERT_MESSAGE_ENSURING_SESSION if ensure_session else INSERT_MESSAGE
     params = _message_params(resource_id, session_id, turn_id, role, content, parts)
     try:
-        written = await _write_message(conn, query, params, "running")
+        return await _write_message(conn, query, params, "running")
     except psycopg.errors.ForeignKeyViolation:
         return None
-    assert written is not None
-    return written
 
 
 async def start_turn(

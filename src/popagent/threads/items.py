@@ -245,8 +245,9 @@ class SessionItems:
         return _as_item(row) if row is not None else None
 
     async def clear(self, resource_id: str, session_id: str) -> None:
-        """Empty the session (a no-op for an unknown one); the session itself stays."""
-        resource_id = check_id("resource_id", resource_id)
-        session_id = check_id("session_id", session_id)
+        """Empty the session (a no-op for an unknown one); the session itself stays.
+        (IDs are not screened for credentials here, as for a delete.)"""
+        resource_id = check_id("resource_id", resource_id, screen=False)
+        session_id = check_id("session_id", session_id, screen=False)
         async with self._pool.connection() as conn, conn.transaction():
             await sql.clear_session(conn, resource_id, session_id)

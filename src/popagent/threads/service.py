@@ -207,10 +207,11 @@ class ThreadStore:
         return renamed
 
     async def delete_session(self, resource_id: str, session_id: str) -> None:
-        """Delete the session, its messages and thread-scoped state; long-term memory stays."""
-        resource_id = check_id("resource_id", resource_id)
-        session_id = check_id("session_id", session_id)
-        async with self._pool.connection() as conn:
+        """Delete the session, its messages and thread-scoped state; long-term memory stays.
+        (IDs are not screened for credentials here: one stored before the screen can go.)"""
+        resource_id = check_id("resource_id", resource_id, screen=False)
+        session_id = check_id("session_id", session_id, screen=False)
+        async with self._pool.connection() as conn, conn.transaction():
             deleted = await sql.delete_session(conn, resource_id, session_id)
         if not deleted:
             raise NotFoundError(f"no session {session_id!r} in this resource")

@@ -7,7 +7,8 @@ and streamed chat replies pass through unbuffered.
 
 Invariants:
 - The access log names method, path, status, size and time, never the query
-  string or a body: a text filter or a recall query is memory content.
+  string or a body: a text filter or a recall query is memory content; a
+  credential in the path is masked (``logged_path``), even on a refused request.
 - With a token configured, every route but ``/healthz``, ``/login`` and the
   static assets needs it: ``Authorization: Bearer`` (API clients) or the
   ``popagent_login`` cookie of a live login that ``/login`` made (the GUI in a
@@ -56,6 +57,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from ..access import AllowedHosts, bearer_matches, request_port, send_json
+from ..credentials import redacted_path
 from ..errors import PopagentError
 from ..keys import Limits, Principal, pace_refusal
 from ..keys import Scope as KeyScope
@@ -168,14 +170,15 @@ class AccessLog(_ScopeMiddleware):
             await self.app(scope, receive, logged)
         finally:
             client = scope.get("client")
+            path = logged_path(scope["path"])
             access_log.info(
                 "%s %s %s",
                 scope["method"],
-                scope["path"],
+                path,
                 status or 500,
                 extra={
                     "method": scope["method"],
-                    "path": scope["path"],
+                    "path": path,
                     "status": status or 500,
                     "bytes": size,
                     "ms": round((time.perf_counter() - began) * 1000, 2),
@@ -289,7 +292,11 @@ class TokenGate:
                 await keys.audit_refusal(
                     principal, "quota", method=scope["method"], path=_route_of(scope["path"])
                 )
-                return "quota", message + "; delete memories to make room", QUOTA_RETRY_AFTER_S
+                return (
+                    "quota",
+                    message + "; delete memories or sessions to make room",
+                    QUOTA_RETRY_AFTER_S,
+                )
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -376,7 +383,7 @@ _ADDS_CONTENT = re.compile(
 
 
 #: Retry-After of a write refused by a storage quota: room comes back only when the
-#: resource deletes memories, so a client should not retry soon.
+#: resource deletes memories or sessions, so a client should not retry soon.
 QUOTA_RETRY_AFTER_S = 3600
 
 
@@ -406,8 +413,17 @@ def refusal(principal: Principal, method: str, path: str) -> str | None:
 
 def _route_of(path: str) -> str:
     """The first two segments of ``path`` (``/api/facts``): what the audit keeps of a
-    request, since later segments can be ids a client chose."""
-    return "/".join(path.split("/")[:3])[:200]
+    request, since later segments can be ids a client chose (credentials masked, as
+    in the access log: ``logged_path``)."""
+    return logged_path("/".join(path.split("/")[:3])[:200])
+
+
+def logged_path(path: str) -> str:
+    """``path`` as the access log and the audit write it: each credential in it
+    replaced by ``[REDACTED:<kind>]`` (``popagent.credentials``, linear in the path).
+    A credential can arrive in a path (``/api/sessions/sk-proj-.../items``): the
+    request is refused, but its log line is written whatever the answer."""
+    return redacted_path(path)
 
 
 def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:

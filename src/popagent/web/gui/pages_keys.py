@@ -1,7 +1,9 @@
 """``/keys``: an admin key manages its own resource's API keys (multi-resource mode).
 
 ``/keys`` lists the resource's keys, live and revoked (name, scope, prefix,
-created, last used, uses, expiry, revocation), with a form to create one.
+created, last used, uses, expiry, revocation), with a form to create one, and
+what the resource stores against the server's storage quotas (its memories,
+their bytes and its chats' bytes: ``popagent.keys.Usage``).
 Creating answers with the new key on the page itself, once, with a warning to
 copy it now; ``/keys/{id}/revoke`` (GET, no effect) asks for confirmation and
 only its POST form revokes.
@@ -27,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...errors import ConflictError, NotFoundError, ValidationError
-from ...keys import SCOPES, ApiKey, KeyStore
+from ...keys import SCOPES, ApiKey, KeyStore, Usage
 from ...store.tenant import bypass
 from ..services import Services, principal_of
 from ._expiry import parse_expiry
@@ -63,17 +65,22 @@ async def _keys(store: KeyStore, resource_id: str) -> list[ApiKey]:
 def _list_page(
     request: Request,
     keys: list[ApiKey],
+    usage: Usage,
     form: dict[str, str],
     errors: dict[str, str],
     status_code: int = 200,
 ) -> Response:
     principal = principal_of(request)
+    config = request.app.state.services.config
     return page(
         request,
         "keys.html",
         active="keys",
         status_code=status_code,
         keys=keys,
+        usage=usage,
+        quota_memories=config.quota_memories,
+        quota_bytes=config.quota_bytes,
         scopes=SCOPES,
         own_key_id=principal.key_id if principal else None,
         now=datetime.now(UTC),
@@ -86,7 +93,9 @@ def _list_page(
 async def list_keys(request: Request) -> Response:
     store, resource_id = _admin(request)
     keys = await _keys(store, resource_id)
-    return _list_page(request, keys, {"name": "", "scope": "write", "expires_at": ""}, {})
+    usage = await store.usage(resource_id)
+    blank = {"name": "", "scope": "write", "expires_at": ""}
+    return _list_page(request, keys, usage, blank, {})
 
 
 @router.post("/keys")
@@ -114,7 +123,8 @@ async def create_key(request: Request) -> Response:
         else:
             return page(request, "keys_created.html", active="keys", row=row, key=key)
     keys = await _keys(store, resource_id)
-    return _list_page(request, keys, form, errors, status_code=422)
+    usage = await store.usage(resource_id)
+    return _list_page(request, keys, usage, form, errors, status_code=422)
 
 
 async def _live_key(store: KeyStore, resource_id: str, key_id: int) -> ApiKey:
