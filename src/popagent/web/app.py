@@ -30,11 +30,13 @@ from ..offload import stop_processes, use_processes
 from ..root import Popagent
 from ..secrets import SecretCipher
 from ..store.tenant import require_boundary
+from .admission import AdmissionGate
 from .api import ROUTERS
 from .api.keys import router as keys_router
 from .config import ServerConfig
 from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
+from .health import HealthProbe
 from .logins import LoginLimits, LoginStore
 from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
 from .scheduler import MaintenanceScheduler
@@ -93,6 +95,7 @@ def create_app(
                         max_size=pool_size,
                         embedder=embedder,
                         migrated=database_migrated,
+                        queue_limit=config.queue_limit,
                     )
                 )
             if config.multi_resource:
@@ -126,6 +129,8 @@ def create_app(
             # Audits the refusals it answered without the database (popagent.keys);
             # a borrowed root's keys too, so that none goes unaudited at shutdown.
             stack.push_async_callback(pa.keys.aclose)
+            health = HealthProbe(pa.pool)
+            stack.push_async_callback(health.aclose)
             svc = Services(
                 config=config,
                 root=pa,
@@ -136,8 +141,10 @@ def create_app(
                         ttl_s=config.login_ttl_s,
                         failures=config.login_failures,
                         window_s=config.login_window_s,
+                        address_failures=config.login_address_failures,
                     ),
                 ),
+                health=health,
                 scheduler=scheduler,
             )
             # Closed first: turns still running finish before their model and pool go.
@@ -182,6 +189,9 @@ def create_app(
             max_bytes=config.quota_bytes,
         ),
     )
+    # Before any credential is looked up (a key is, in the database): a full queue
+    # refuses at the door.
+    app.add_middleware(AdmissionGate)
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog)
