@@ -14,7 +14,8 @@ does not count against the database. A loop blocked for longer than
 check, never "database down".
 
 Answers: 200 ``{"status": "ok", "database": "ok"}``; 503 with ``database``
-``"down"`` (the pool has seen the server away: answered at once), the error's name
+``"down"`` (the pool has seen the server away: answered at once), ``"PoolClosed"``
+(this process is shutting down), the error's name
 (``TimeoutError``, ``OperationalError``, ...) or ``"not checked: ..."`` (the loop).
 """
 
@@ -52,6 +53,8 @@ class HealthProbe:
 
     async def check(self) -> Answer:
         """The status code and body of ``/healthz``."""
+        if self.pool.closed:  # shutting down: this process serves nothing more
+            return 503, {"status": "unavailable", "database": "PoolClosed"}
         if self.pool.down_since is not None:
             # Known to be away (a lost connection, or the embedded server restarting):
             # say so now, and have the pool look again in the background, which
