@@ -557,6 +557,11 @@ async def test_revocation_is_immediate_across_serve_workers(
     try:
         root = psutil.Process(serve.process.pid if serve.process else 0)
         wait_for(lambda: len(root.children()) >= 2, 60, "two workers")
+        # The startup line says where resources come from, not the unused default one.
+        wait_for(lambda: "GUI and API at" in serve.log(), 60, "the ready line")
+        [ready] = [line for line in serve.log_lines() if "GUI and API at" in line]
+        assert "every resource, each request's from its API key" in ready
+        assert "popagent-user" not in ready
 
         async def statuses(n: int) -> list[int]:
             # A connection per request, so the kernel spreads them over both workers.

@@ -17,6 +17,10 @@ and, per connection:
 - refuses a connection past ``MAX_CONNECTIONS`` open in this worker with 503 and
   closes it before reading anything.
 
+Each refusal is the API's JSON error body; the connection is then half-closed and
+its input dropped for ``LINGER_S`` before it is closed, so that a client still
+sending (a 100 MB header) reads the refusal instead of a reset.
+
 The body has its own bounds (``web.middleware.RequestGuard``: size, 411, 408).
 uvicorn's ``limit_concurrency`` is not used: it counts tasks as well as connections
 and answers every request past it (``/healthz`` included) with a plain-text 503.
@@ -61,6 +65,10 @@ HEAD_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 4096
 #: Seconds an idle keep-alive connection is kept (uvicorn's default).
 KEEP_ALIVE_S = 5.0
+#: Seconds a refused connection stays open, its input read and dropped, after the
+#: refusal is sent: closing at once with unread input resets the connection, and the
+#: client may lose the refusal before it reads it (nginx's lingering close).
+LINGER_S = 1.0
 
 
 class _Refused(Exception):
@@ -198,7 +206,11 @@ class GuardedHttpTools(HttpToolsProtocol):
         if retry_after is not None:
             lines.append(f"retry-after: {retry_after}")
         self.transport.write("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()  # the client reads the refusal, then the end
+            self.loop.call_later(LINGER_S, self.transport.close)  # input is dropped meanwhile
+        else:
+            self.transport.close()
 
 
 def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
