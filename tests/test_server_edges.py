@@ -210,3 +210,18 @@ async def test_past_the_queue_bound_requests_get_database_busy_and_healthz_stays
     for answer in busy:
         assert answer.json()["error"] == "database_busy"
         assert answer.headers["retry-after"] == "1"
+
+
+async def test_healthz_is_answered_at_the_edge_under_the_host_rule(
+    database_url: str, resource: str
+) -> None:
+    with served(database_url, resource) as (base, _):
+        async with httpx.AsyncClient(base_url=base) as client:
+            first = await client.get("/healthz")  # through the route: the first probe
+            again = await client.get("/healthz")  # from that probe, before any app code
+            elsewhere = await client.get("/healthz", headers={"host": "rebound.example"})
+    assert first.json() == again.json() == {"status": "ok", "database": "ok"}
+    assert "content-security-policy" in first.headers  # the app's middleware ran
+    assert "content-security-policy" not in again.headers  # the protocol answered
+    assert again.headers["connection"] == "close" and again.headers["cache-control"] == "no-store"
+    assert elsewhere.status_code == 421

@@ -13,6 +13,7 @@ then borrows them and closes neither.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -129,7 +130,8 @@ def create_app(
             # Audits the refusals it answered without the database (popagent.keys);
             # a borrowed root's keys too, so that none goes unaudited at shutdown.
             stack.push_async_callback(pa.keys.aclose)
-            health = HealthProbe(pa.pool)
+            health = HealthProbe(pa.pool, allowed_hosts=allowed_hosts)
+            health.serve_on(asyncio.get_running_loop())  # answered ahead (web.edge)
             stack.push_async_callback(health.aclose)
             svc = Services(
                 config=config,

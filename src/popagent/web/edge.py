@@ -15,7 +15,9 @@ and, per connection:
   ``HEAD_TIMEOUT_S`` of its connection or of its head's first byte (a client that
   sends one header line every few seconds no longer holds a connection forever);
 - refuses a connection past ``MAX_CONNECTIONS`` open in this worker with 503 and
-  closes it before reading anything.
+  closes it before reading anything;
+- answers ``GET /healthz`` itself from the app's recent probe (``web.health``),
+  ahead of every request queued on the event loop, and closes the connection.
 
 Each refusal is the API's JSON error body; the connection is then half-closed and
 its input dropped for ``LINGER_S`` before it is closed, so that a client still
@@ -41,6 +43,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import ServerConfig
+from .health import probe_for
 
 __all__ = [
     "HEAD_TIMEOUT_S",
@@ -156,9 +159,37 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._disarm_head_timer()
+        if self.url == b"/healthz" and self.parser.get_method() == b"GET" and self._health():
+            return
         super().on_headers_complete()
 
+    def _health(self) -> bool:
+        """Answer ``GET /healthz`` here, ahead of every queued request, from the app's
+        recent probe (``web.health``); ``False`` when it has none to give."""
+        probe = probe_for(self.loop)
+        hosts = [value for name, value in self.headers if name == b"host"]
+        host = hosts[0].decode("latin-1") if len(hosts) == 1 else None
+        answer = None if probe is None else probe.recent(host, self.server and self.server[1])
+        if answer is None:
+            return False
+        status, body = answer
+        data = json.dumps(body).encode()
+        head = [
+            f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+            "content-type: application/json",
+            f"content-length: {len(data)}",
+            "cache-control: no-store",
+            "x-content-type-options: nosniff",
+            "connection: close",
+        ]
+        self._answered = True  # the rest of this connection's input is not parsed
+        self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + data)
+        self.transport.close()
+        return True
+
     def send_400_response(self, msg: str) -> None:
+        if self._answered:  # the parser stopped after the answer was sent: nothing more
+            return
         # The parser stops with an error when a callback refused the request: send
         # that refusal instead of uvicorn's plain 400.
         if self._refusal is not None:
