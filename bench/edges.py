@@ -39,15 +39,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tests.web_support import free_port
 
-from latency import admin_url, pct, table
+from latency import admin_url, pct, scratch_url, table
 from load import Connection, create_requests, start_server
 
 COLUMNS = "code scenario attack attack_s probes not_ok p50 p95 p99 max p99_vs_idle"
@@ -219,22 +215,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
-    with admin_url() as admin, tempfile.TemporaryDirectory() as tmp:
-        dbname = f"popagent_edges_{os.getpid()}"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-        url = make_conninfo(admin, dbname=dbname)
-        try:
-            if args.baseline is not None:
-                rows += scenarios(args, url, Path(tmp), "baseline", args.baseline)
-            rows += scenarios(args, url, Path(tmp), "current", None)
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(dbname)
-                    )
-                )
+    with (
+        admin_url() as admin,
+        scratch_url(admin, "edges") as url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        if args.baseline is not None:
+            rows += scenarios(args, url, Path(tmp), "baseline", args.baseline)
+        rows += scenarios(args, url, Path(tmp), "current", None)
     table(
         "popagent serve --workers 1 under attack: GET /healthz (a new connection each) "
         "while it lasts; latency in ms; not_ok: probes not 200 database ok",
