@@ -10,6 +10,7 @@ import asyncio
 import json
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,10 +19,17 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
+import uvicorn
 
-from popagent.web import ServerConfig
-from popagent.web.edge import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, MAX_HEADERS
-from tests.web_support import uvicorn_server
+from popagent.web import ServerConfig, create_app
+from popagent.web.edge import (
+    HEAD_TIMEOUT_S,
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    GuardedHttpTools,
+    uvicorn_options,
+)
+from tests.web_support import free_port, uvicorn_server
 
 #: Generous bounds: each is many times what the step takes on an idle machine.
 SLOW_CLIENTS = 300
@@ -225,3 +233,46 @@ async def test_healthz_is_answered_at_the_edge_under_the_host_rule(
     assert "content-security-policy" not in again.headers  # the protocol answered
     assert again.headers["connection"] == "close" and again.headers["cache-control"] == "no-store"
     assert elsewhere.status_code == 421
+
+
+class _FewConnections(GuardedHttpTools):
+    max_connections = 3
+
+
+async def test_connections_past_the_bound_are_refused_before_anything_is_read(
+    database_url: str, resource: str
+) -> None:
+    port = free_port()
+    config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
+    app = create_app(config, database_url=database_url, model_from_env=False, embedder=None)
+    options = {**uvicorn_options(config), "http": _FewConnections}
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_config=None, access_log=False, **options
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as extra:
+                status, response = _status_and_rest(extra)
+            assert status == 503, response[:300]
+            assert b"too_many_connections" in response and b"retry-after: 1" in response
+        finally:
+            for sock in held:
+                sock.close()
+        # Once they are gone, a new connection is served.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            deadline = time.monotonic() + PATIENCE_S
+            while (answer := await client.get("/healthz")).status_code != 200:
+                assert time.monotonic() < deadline, answer.text
+                await asyncio.sleep(0.1)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
