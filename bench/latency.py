@@ -277,6 +277,22 @@ def admin_url() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def scratch_url(admin: str, name: str) -> Iterator[str]:
+    """The URL of a scratch database (empty, not migrated) on ``admin``'s server,
+    dropped on exit."""
+    dbname = f"popagent_bench_{os.getpid()}_{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        yield make_conninfo(admin, dbname=dbname)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+            )
+
+
 @asynccontextmanager
 async def database(
     admin: str, name: str, embedder: Embedder | None = None

@@ -34,7 +34,10 @@ CPU per recall: what one recall costs in Python, whatever the machine's load.
    ok, errors by kind (``busy``: ``DatabaseBusyError`` / 503 ``database_busy``;
    ``down``: another ``DatabaseError`` / 503 ``database_unavailable``;
    ``other``), p50/p95/max latency from the burst's start, and audit rows
-   missing (every adapter call writes two). Waiting in line is not an outage:
+   missing (every adapter call writes two); for the API, the p99 of ``GET
+   /healthz`` asked during the burst (each on a new connection) and how many of
+   those were not 200 ok (``bench/edges.py`` does the same on one worker, under
+   attacks too). Waiting in line is not an outage:
    the aim is zero errors of any kind.
 
 ``--baseline PATH`` (a checkout of an earlier commit, e.g. ``git worktree add
@@ -449,7 +452,10 @@ def serve_and_measure(
 
 # --- bursts: everything at once, on a healthy database ----------------------------------
 
-BURST_COLUMNS = "code scenario requests ok busy down other seconds p50 p95 max audit_missing"
+BURST_COLUMNS = (
+    "code scenario requests ok busy down other seconds p50 p95 max audit_missing "
+    "healthz_p99 healthz_not_ok"
+)
 BURST_SCENARIOS = (
     "library",
     "langgraph store",
@@ -547,7 +553,10 @@ asyncio.run(main())
 
 
 def burst_row(code: str, scenario: str, latencies: list[float], kinds: list[str | None],
-              seconds: float, audit_missing: int | str) -> dict[str, Any]:  # fmt: skip
+              seconds: float, audit_missing: int | str,
+              health: tuple[list[float], int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One row; ``health``: the ``/healthz`` probes' latencies (ms) during the burst and
+    how many were not 200 ok (over HTTP only)."""
     errors = [k for k in kinds if k is not None]
     return {
         "code": code,
@@ -562,6 +571,8 @@ def burst_row(code: str, scenario: str, latencies: list[float], kinds: list[str 
         "p95": round(pct(latencies, 95), 1),
         "max": round(max(latencies), 1),
         "audit_missing": audit_missing,
+        "healthz_p99": round(pct(health[0], 99), 1) if health and health[0] else "-",
+        "healthz_not_ok": health[1] if health else "-",
     }
 
 
@@ -587,10 +598,12 @@ def burst_in_process(
 
 async def burst_over_http(
     port: int, n: int, seed: str = "burst"
-) -> tuple[list[float], list[str | None], float]:
+) -> tuple[list[float], list[str | None], float, tuple[list[float], int]]:
     """``n`` fact creates and ``n`` recall previews at once, each on a connection of its own
     (the facts' text from ``seed``: each code tree's burst writes facts of its own, so no
-    write is a 409 for a fact an earlier burst stored)."""
+    write is a 409 for a fact an earlier burst stored), while ``GET /healthz`` is asked
+    one after another, each on a new connection (an orchestrator's probe): its
+    latencies (ms) and how many answers were not 200 ok."""
     began = time.perf_counter()
     latencies: list[float] = []
     kinds: list[str | None] = []
@@ -611,9 +624,29 @@ async def burst_over_http(
         latencies.append((time.perf_counter() - began) * 1000)
         kinds.append(kind)
 
+    async def probe(done: asyncio.Event) -> tuple[list[float], int]:
+        probes: list[float] = []
+        not_ok = 0
+        while not done.is_set():
+            asked = time.perf_counter()
+            conn = Connection(port)
+            try:
+                status, body = await conn.request("GET", "/healthz")
+                not_ok += status != 200 or b'"database": "ok"' not in body.replace(b'":"', b'": "')
+            except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+                not_ok += 1
+            finally:
+                conn.close()
+            probes.append((time.perf_counter() - asked) * 1000)
+            await asyncio.sleep(0.05)
+        return probes, not_ok
+
     writes, reads = create_requests(n, seed), recall_requests(n)
+    done = asyncio.Event()
+    prober = asyncio.ensure_future(probe(done))
     await asyncio.gather(*(one(r) for pair in zip(writes, reads, strict=True) for r in pair))
-    return latencies, kinds, time.perf_counter() - began
+    done.set()
+    return latencies, kinds, time.perf_counter() - began, await prober
 
 
 def burst_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[str, Any]]:
@@ -626,10 +659,12 @@ def burst_scenarios(args: argparse.Namespace, url: str, tmp: Path) -> list[dict[
         server = start_server(url, port, tmp / f"burst-{code}.log", src, 2)
         try:
             asyncio.run(closed_loop(port, 20, recall_requests(100), 60))  # warm both workers
-            latencies, kinds, seconds = asyncio.run(
+            latencies, kinds, seconds, health = asyncio.run(
                 burst_over_http(port, args.burst_size, f"burst-{code}")
             )
-            rows.append(burst_row(code, "API, serve --workers 2", latencies, kinds, seconds, "-"))
+            rows.append(
+                burst_row(code, "API, serve --workers 2", latencies, kinds, seconds, "-", health)
+            )
             print(f"  {code} API: done", file=sys.stderr)
         finally:
             server.terminate()

@@ -210,7 +210,7 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
         principal = await keys.authenticate((await keys.create(resources[1], "b", "read"))[1])
         assert principal is not None
         await logins.open(principal)
-        await logins.failed("192.0.2.7")
+        await logins.failed("192.0.2.7", "a-wrong-credential")
     # A process without a model leaves its memory's vectors pending (for the next worker).
     async with popagent.connect(url, embedder=None, max_size=1) as lexical_root:
         lexical = lexical_root.memory

@@ -182,6 +182,10 @@ async def test_multi_resource_mode_takes_the_resource_from_the_key(
             assert (await a.get("/healthz")).status_code == 200  # no key needed
             # No key (loopback or not): nobody, as there is no resource to serve.
             assert (await a.get("/api/facts")).status_code == 401
+            twice = [*bearer(read_one).items(), *bearer(write_two).items()]
+            ambiguous = await a.get("/api/facts", headers=twice)
+            assert ambiguous.status_code == 400, ambiguous.text
+            assert ambiguous.json()["error"] == "bad_request"
             assert (await a.get("/", follow_redirects=False)).status_code == 303
             wrote = await a.post("/api/facts", json={"content": secret}, headers=bearer(write_one))
             assert wrote.status_code == 201, wrote.text
@@ -302,18 +306,27 @@ async def test_mcp_http_takes_the_resource_from_the_key(
                 auth = {"authorization": f"Bearer {credential}"} if credential else {}
                 refused = await plain.post(url, json=INITIALIZE, headers={**headers, **auth})
                 assert refused.status_code == 401, credential
+            # Two Authorization headers: which one counts is ambiguous, so neither does.
+            twice = [*headers.items(), *bearer(write_one).items(), *bearer(read_two).items()]
+            refused = await plain.post(url, json=INITIALIZE, headers=twice)
+            assert refused.status_code == 400 and "Authorization" in refused.json()["detail"]
         async with (
             httpx2.AsyncClient(headers=bearer(write_one), timeout=30) as http,
             Client(streamable_http_client(url, http_client=http)) as c,
         ):
             stored = await c.call_tool("remember", {"content": ours})
             assert not stored.is_error, text_of(stored)
+            assert "remember" in [t.name for t in (await c.list_tools()).tools]
         async with (
             httpx2.AsyncClient(headers=bearer(read_two), timeout=30) as http,
             Client(streamable_http_client(url, http_client=http)) as c,
         ):
             found = await c.call_tool("recall", {"query": ours})
             assert not found.is_error and ours not in text_of(found)
+            # A read key is listed the tools it may call: the read-only ones.
+            listed = (await c.list_tools()).tools
+            assert "recall" in [t.name for t in listed]
+            assert all(t.annotations and t.annotations.read_only_hint for t in listed), listed
             write = await c.call_tool("remember", {"content": "not with a read key"})
             assert write.is_error and "read-only tools only" in text_of(write)
     assert [m.content for m in await memory.list(one, MemoryFilter(kind="fact"))] == [ours]
@@ -545,6 +558,11 @@ async def test_revocation_is_immediate_across_serve_workers(
     try:
         root = psutil.Process(serve.process.pid if serve.process else 0)
         wait_for(lambda: len(root.children()) >= 2, 60, "two workers")
+        # The startup line says where resources come from, not the unused default one.
+        wait_for(lambda: "GUI and API at" in serve.log(), 60, "the ready line")
+        [ready] = [line for line in serve.log_lines() if "GUI and API at" in line]
+        assert "every resource, each request's from its API key" in ready
+        assert "popagent-user" not in ready
 
         async def statuses(n: int) -> list[int]:
             # A connection per request, so the kernel spreads them over both workers.

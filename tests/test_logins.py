@@ -2,9 +2,12 @@
 
 The login cookie holds a random login id, never the token; the database keeps
 only its hash, with an expiry; logout and expiry end it at once, in every server
-process on the database; ``Secure`` is set when served over HTTPS (a proxy's
-``X-Forwarded-Proto`` from 127.0.0.1, as uvicorn trusts by default); failed
-logins past the limit get 429 with ``Retry-After``, in every process.
+process on the database; ``Secure`` is set when served over HTTPS (the
+``X-Forwarded-Proto`` of a proxy named with ``--trusted-proxy``, and of no other
+client); failed logins past the limit get 429 with ``Retry-After``, in every
+process, counted per address and credential tried, so that neither a forwarded
+address nor a shared one lets a client lock out another's credential or guess
+without bound.
 """
 
 from __future__ import annotations
@@ -119,9 +122,15 @@ async def test_an_expired_login_lets_nobody_in(database_url: str, resource: str)
 async def test_the_cookie_is_secure_when_served_over_https(
     database_url: str, resource: str
 ) -> None:
-    with servers(database_url, resource, 1) as (base,):
-        # Behind a TLS-terminating proxy on this machine (uvicorn trusts 127.0.0.1's
-        # X-Forwarded-Proto by default): the request's scheme is https.
+    with servers(database_url, resource, 1) as (untrusting,):
+        # No proxy named: a client's X-Forwarded-Proto is ignored.
+        async with httpx.AsyncClient(
+            base_url=untrusting, headers={"x-forwarded-proto": "https"}
+        ) as client:
+            assert "Secure" not in (await _log_in(client)).headers["set-cookie"]
+    with servers(database_url, resource, 1, trusted_proxies=("127.0.0.1",)) as (base,):
+        # Behind a TLS-terminating proxy on this machine, named with --trusted-proxy:
+        # the request's scheme is https.
         async with httpx.AsyncClient(
             base_url=base, headers={"x-forwarded-proto": "https"}
         ) as client:
@@ -135,7 +144,7 @@ async def test_the_cookie_is_secure_when_served_over_https(
 
 
 async def test_failed_logins_are_limited_in_every_process(database_url: str, resource: str) -> None:
-    limits = {"login_failures": 3, "login_window_s": 120.0}
+    limits = {"login_failures": 3, "login_address_failures": 5, "login_window_s": 120.0}
     try:
         with servers(database_url, resource, 2, **limits) as (first, second):
             async with (
@@ -147,8 +156,8 @@ async def test_failed_logins_are_limited_in_every_process(database_url: str, res
                 # The third failure, in the other process, uses up the window.
                 assert (await _log_in(b, "wrong-token-wrong-token")).status_code == 401
                 for client in (a, b):
-                    # Even the right token is not compared now.
-                    refused = await _log_in(client)
+                    # That credential is not even compared now.
+                    refused = await _log_in(client, "wrong-token-wrong-token")
                     assert refused.status_code == 429
                     assert 1 <= int(refused.headers["retry-after"]) <= 120
                     assert "Too many failed logins" in refused.text
@@ -159,11 +168,17 @@ async def test_failed_logins_are_limited_in_every_process(database_url: str, res
                     " AND id > (SELECT coalesce(max(id), 0) - 10 FROM popagent_access_audit)",
                 )
                 assert events[0][0] >= 3
+                # Two other wrong credentials use up the address's bound (5, any credential):
+                # now even the right token is not compared.
+                for n in range(2):
+                    assert (await _log_in(a, f"another-wrong-token-{n}")).status_code == 401
+                refused = await _log_in(b)
+                assert refused.status_code == 429 and LOGIN_COOKIE not in b.cookies
                 # When the window has passed, the right token works again and clears the count.
                 _rows(
                     database_url,
                     "UPDATE popagent_login_failures SET window_started = now() - interval '1 hour'"
-                    " WHERE client = '127.0.0.1'",
+                    " WHERE client LIKE '127.0.0.1%%'",
                 )
                 assert (await _log_in(a)).status_code == 303
                 assert not _rows(
@@ -171,5 +186,59 @@ async def test_failed_logins_are_limited_in_every_process(database_url: str, res
                     "SELECT 1 FROM popagent_login_failures WHERE client = '127.0.0.1'",
                 )
     finally:
-        # Other tests log in from 127.0.0.1 too.
-        _rows(database_url, "DELETE FROM popagent_login_failures WHERE client = '127.0.0.1'")
+        _forget_failures(database_url)
+
+
+def _forget_failures(database_url: str) -> None:
+    """Other tests log in from 127.0.0.1 too."""
+    _rows(database_url, "DELETE FROM popagent_login_failures WHERE client LIKE '127.0.0.1%%'")
+    _rows(database_url, "DELETE FROM popagent_login_failures WHERE client LIKE '203.0.113.%%'")
+
+
+async def test_a_forwarded_address_can_neither_lock_out_a_victim_nor_buy_guesses(
+    database_url: str, resource: str
+) -> None:
+    """Both attacks on the failed-login limit, over real HTTP."""
+    try:
+        # Without --trusted-proxy, X-Forwarded-For is the client's word and is ignored:
+        # rotating it gives no more guesses than the address's bound (25 by default).
+        with servers(database_url, resource, 1) as (base,):
+            async with httpx.AsyncClient(base_url=base) as attacker:
+                statuses = []
+                for n in range(30):
+                    attacker.headers["x-forwarded-for"] = f"198.51.100.{n}"
+                    statuses.append(
+                        (await _log_in(attacker, f"guess-{n:04d}-xxxxxxxx")).status_code
+                    )
+                assert statuses == [401] * 25 + [429] * 5, statuses
+                counted = _rows(
+                    database_url,
+                    "SELECT failures FROM popagent_login_failures WHERE client = '127.0.0.1'",
+                )
+                assert counted == [(25,)]
+                assert not _rows(
+                    database_url,
+                    "SELECT 1 FROM popagent_login_failures WHERE client LIKE '198.51.100.%%'",
+                )
+        _forget_failures(database_url)
+        # Behind a named proxy (this test's client plays it), the forwarded address is
+        # believed: five wrong logins "from" the victim's address lock out only the
+        # credential they tried, not the victim's own.
+        with servers(database_url, resource, 1, trusted_proxies=("127.0.0.1",)) as (base,):
+            victim = {"x-forwarded-for": "203.0.113.9"}
+            async with (
+                httpx.AsyncClient(base_url=base, headers=victim) as attacker,
+                httpx.AsyncClient(base_url=base, headers=victim) as person,
+            ):
+                for _ in range(5):
+                    assert (await _log_in(attacker, "not-the-token-0000")).status_code == 401
+                assert (await _log_in(attacker, "not-the-token-0000")).status_code == 429
+                assert (await _log_in(person)).status_code == 303
+                assert LOGIN_COOKIE in person.cookies
+            # The counts were the forwarded address's, not the proxy's.
+            assert not _rows(
+                database_url,
+                "SELECT 1 FROM popagent_login_failures WHERE client LIKE '127.0.0.1%%'",
+            )
+    finally:
+        _forget_failures(database_url)

@@ -23,6 +23,7 @@ from popagent.errors import DatabaseBusyError, ServerBusyError
 from popagent.models import MemoryFilter
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
+from popagent.web.health import HealthProbe
 from popagent.web.scheduler import SCHEDULE_LOCK_ID, MaintenanceScheduler
 from tests.scripted_model import Fail, Reply, ScriptedModelServer
 from tests.web_support import (
@@ -314,7 +315,7 @@ async def test_a_busy_database_is_a_503_that_says_retry(database_url: str, resou
     assert isinstance(raised, popagent.DatabaseUnavailableError)
 
 
-async def test_healthz_says_busy_not_down_behind_a_burst(database_url: str, resource: str) -> None:
+async def test_healthz_waits_in_no_queue_behind_a_burst(database_url: str, resource: str) -> None:
     async with popagent.connect(database_url, max_size=1) as root:
         memory = root.memory
         app = create_app(
@@ -331,6 +332,24 @@ async def test_healthz_says_busy_not_down_behind_a_burst(database_url: str, reso
             burst = asyncio.gather(*(hold() for _ in range(200)))  # about 4 s of queue
             await asyncio.sleep(0.1)
             health = await client.get("/healthz")
+            waiting = memory.pool.waiting
             await burst
     assert health.status_code == 200, health.text
-    assert health.json() == {"status": "ok", "database": "busy"}
+    assert health.json() == {"status": "ok", "database": "ok"}
+    # It was answered while the burst still waited in line: on its own connection.
+    assert waiting > 0
+
+
+async def test_a_blocked_event_loop_is_not_a_database_down(database_url: str) -> None:
+    """The loop blocked (a request's CPU work, a parser) for longer than the probe's
+    timeout while it waited: the database answered meanwhile, and health says so."""
+    async with popagent.connect(database_url, max_size=1) as root:
+        probe = HealthProbe(root.pool, timeout_s=0.3)
+        try:
+            checking = asyncio.ensure_future(probe.check())
+            await asyncio.sleep(0)  # the probe starts: its connection, then SELECT 1
+            await asyncio.sleep(0)
+            time.sleep(1.0)  # noqa: ASYNC251 (on purpose: the loop stops, the probe's timer overdue)
+            assert await checking == (200, {"status": "ok", "database": "ok"})
+        finally:
+            await probe.aclose()

@@ -21,6 +21,7 @@ from popagent import Popagent
 from popagent.llm import ModelSettings
 from popagent.llm.protocol import ChatModel
 from popagent.web import ServerConfig, create_app
+from popagent.web.edge import uvicorn_options
 from tests.scripted_model import ScriptedModelServer
 
 BASE = "http://127.0.0.1:8787"
@@ -133,7 +134,14 @@ def uvicorn_server(config: ServerConfig, **app_kwargs: Any) -> Iterator[str]:
     port = free_port()
     app = create_app(config, **app_kwargs)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            **uvicorn_options(config),  # as ``popagent serve`` runs it
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -38,6 +38,7 @@ __all__ = [
     "ALLOWED_HOSTS_ENV",
     "LOOPBACK_NAMES",
     "MIN_TOKEN_LENGTH",
+    "REPEATED_AUTHORIZATION",
     "TOKEN_ENV",
     "TOKEN_FILE_ENV",
     "AllowedHosts",
@@ -47,6 +48,8 @@ __all__ = [
     "is_loopback",
     "load_token",
     "parse_allowed_hosts",
+    "parse_trusted_proxies",
+    "repeated_authorization",
     "request_port",
     "require_token_for",
     "send_json",
@@ -141,12 +144,25 @@ class BearerTokenMiddleware:
         if scope.get("path") in self.exempt:
             await self.app(scope, receive, send)
             return
+        if repeated_authorization(scope):
+            await send_json(send, 400, {"detail": REPEATED_AUTHORIZATION})
+            return
         headers = dict(scope.get("headers") or [])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         if bearer_matches(authorization, self.token):
             await self.app(scope, receive, send)
             return
         await send_unauthorized(send, "missing or wrong bearer token")
+
+
+REPEATED_AUTHORIZATION = "the request has more than one Authorization header; send one"
+
+
+def repeated_authorization(scope: Scope) -> bool:
+    """Whether the request carries more than one ``Authorization`` header. Servers and
+    proxies disagree on which one counts (the first, the last, both joined), so a
+    request that sends two is refused (400), never answered for one of them."""
+    return sum(1 for name, _ in scope.get("headers") or () if name.lower() == b"authorization") > 1
 
 
 async def send_unauthorized(send: Send, detail: str) -> None:
@@ -243,6 +259,32 @@ def parse_allowed_hosts(values: Iterable[str]) -> tuple[str, ...]:
                 )
             name, port = parsed
             entry = name if port is None else f"{name}:{port}"
+            if entry not in entries:
+                entries.append(entry)
+    return tuple(entries)
+
+
+def parse_trusted_proxies(values: Iterable[str]) -> tuple[str, ...]:
+    """Trusted-proxy entries: IP addresses or networks (``10.0.0.0/8``), normalized.
+
+    Comma-separated values are split. Raises ``ValidationError`` (field
+    ``trusted_proxy``) for anything else: a name or ``*`` would let a client
+    that is not the proxy choose its own address (the failed-login limit keys on it).
+    """
+    entries: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            text = part.strip()
+            if not text:
+                continue
+            try:
+                network = ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValidationError(
+                    "trusted_proxy",
+                    f"{text[:80]!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/8)",
+                ) from None
+            entry = str(network.network_address) if network.num_addresses == 1 else str(network)
             if entry not in entries:
                 entries.append(entry)
     return tuple(entries)

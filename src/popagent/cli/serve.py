@@ -23,11 +23,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import logging.config
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
-from ..access import load_token, parse_allowed_hosts, require_token_for
+from ..access import load_token, parse_allowed_hosts, parse_trusted_proxies, require_token_for
 from ..defaults import ALLOWED_HOSTS_ENV, DEFAULT_HOST, DEFAULT_PORT, WORKERS_ENV
 from ..embed import Embedder, configured_embedder
 from ..errors import PopagentError, SecretKeyError, ValidationError
@@ -66,6 +67,15 @@ WORKER_HEALTHCHECK_S = 30
     "for any port; repeatable. Env: comma-separated.",
 )
 @click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS[/BITS]",
+    help="A reverse proxy (address or network) whose X-Forwarded-For and "
+    "X-Forwarded-Proto are believed; repeatable. Default: none, every client's "
+    "address is its own.",
+)
+@click.option(
     "--maintenance-interval",
     default=24.0,
     show_default=True,
@@ -98,6 +108,7 @@ def serve_command(
     port: int,
     token_file: str | None,
     allowed_hosts: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
     maintenance_interval: float,
     workers: int | None,
     multi_resource: bool,
@@ -112,6 +123,7 @@ def serve_command(
     import uvicorn
 
     from ..web import create_app
+    from ..web.edge import uvicorn_options
     from ..web.logs import logging_config
     from .workers import default_workers, parent_cluster, worker_environment
 
@@ -122,6 +134,7 @@ def serve_command(
         if not multi_resource:  # in multi-resource mode every request needs a key anyway
             require_token_for(host, token)
         allowed = parse_allowed_hosts(allowed_hosts)
+        proxies = parse_trusted_proxies(trusted_proxies)
         limits.limits()  # a bad combination exits with 2 before anything starts
         embedder = configured_embedder()
     check_port(host, port)
@@ -149,6 +162,7 @@ def serve_command(
         token=token,
         maintenance_interval_s=maintenance_interval * 3600 if maintenance_interval else None,
         allowed_hosts=allowed,
+        trusted_proxies=proxies,
         multi_resource=multi_resource,
         key_requests_per_minute=limits.key_rate,
         key_burst=limits.key_burst,
@@ -163,13 +177,14 @@ def serve_command(
         )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    served = {
+    served: dict[str, Any] = {
         "host": host,
         "port": port,
         "log_config": None,  # configured above
         "access_log": False,
         "server_header": False,
         "timeout_graceful_shutdown": 30,
+        **uvicorn_options(config),  # the edge's bounds and trusted proxies (web.edge)
     }
     step = describe_database(settings.database_url, settings.data_dir)
     if workers == 1:
@@ -181,8 +196,8 @@ def serve_command(
             embedder=embedder,
         )
         say(step + "...")  # in the app's startup, which uvicorn runs next
-        _when_ready(settings.resource_id, host, port, url, workers)
-        uvicorn.run(app, **served)  # type: ignore[arg-type]
+        _when_ready(None if multi_resource else settings.resource_id, host, port, url, workers)
+        uvicorn.run(app, **served)
         return
     try:
         say(step + "...")
@@ -191,7 +206,7 @@ def serve_command(
         ) as database_url:
             worker_environment(config, database_url=database_url, log_level=log_level)
             say(f"database ready; starting {workers} server processes...")
-            _when_ready(settings.resource_id, host, port, url, workers)
+            _when_ready(None if multi_resource else settings.resource_id, host, port, url, workers)
             uvicorn.run(
                 "popagent.cli.workers:create_worker_app",
                 factory=True,
@@ -200,22 +215,25 @@ def serve_command(
                 # hung; on a machine starved of CPU that kills busy, healthy workers
                 # and resets their connections.
                 timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
-                **served,  # type: ignore[arg-type]
+                **served,
             )
     except (PopagentError, OSError) as exc:
         log.error(startup_failure(exc))
         raise SystemExit(1) from exc
 
 
-def _when_ready(resource_id: str, host: str, port: int, url: str, workers: int) -> None:
-    """Say the URL (and log it) once the server answers; port 0 has no URL to say."""
+def _when_ready(resource_id: str | None, host: str, port: int, url: str, workers: int) -> None:
+    """Say the URL (and log it) once the server answers; port 0 has no URL to say.
+    ``resource_id`` is ``None`` in multi-resource mode (each request's from its key)."""
     if port == 0:
         return
 
     def ready() -> None:
         log.info(
-            "popagent serve: resource %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
-            resource_id,
+            "popagent serve: %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
+            f"resource {resource_id}"
+            if resource_id is not None
+            else "every resource, each request's from its API key",
             url,
             workers,
             "" if workers == 1 else "s",

@@ -109,7 +109,8 @@ def create_worker_app() -> FastAPI:
     logging.config.dictConfig(logging_config(payload["log_level"]))
     logging.captureWarnings(True)
     fields = payload["config"]
-    fields["allowed_hosts"] = tuple(fields["allowed_hosts"])
+    for name in ("allowed_hosts", "trusted_proxies"):  # JSON lists back to tuples
+        fields[name] = tuple(fields[name])
     config = ServerConfig(**fields)
     cipher: SecretCipher | None
     try:

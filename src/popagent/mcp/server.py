@@ -202,10 +202,17 @@ class MemoryServer:
             await runner.drain()
         return _result(outcome, slot, tried_resource=any("resource" in n.lower() for n in args))
 
+    def tools_for(self, principal: Principal | None) -> list[types.Tool]:
+        """The tools ``principal`` may call (multi-resource mode: a read key's are the
+        read-only ones, as ``call`` enforces); every tool otherwise."""
+        if self.multi_resource and principal is not None and not principal.allows("write"):
+            return [tool for tool in self.tools if tool.name in self._read_only]
+        return self.tools
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self.tools)
+        return types.ListToolsResult(tools=self.tools_for(_principal_of(ctx)))
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

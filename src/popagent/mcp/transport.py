@@ -27,13 +27,16 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from ..access import (
+    REPEATED_AUTHORIZATION,
     ASGIApp,
     BearerTokenMiddleware,
     Message,
     Receive,
     Scope,
     Send,
+    repeated_authorization,
     require_token_for,
+    send_json,
     send_rate_limited,
     send_unauthorized,
 )
@@ -105,6 +108,9 @@ class KeyGate:
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if repeated_authorization(scope):
+            await send_json(send, 400, {"detail": REPEATED_AUTHORIZATION})
             return
         headers = dict(scope.get("headers") or [])
         scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")

@@ -421,6 +421,16 @@ class Pool(AsyncConnectionPool[Conn]):
         except Exception as exc:  # the pool keeps reconnecting by itself
             logger.debug("pool check failed: %s", type(exc).__name__)
 
+    @property
+    def waiting(self) -> int:
+        """Callers of this process now waiting in the queue for a connection."""
+        return len(self._waiting_callers)
+
+    @property
+    def target(self) -> str:
+        """The connection string the pool connects with (a probe's own connection)."""
+        return self._target
+
     def busy(self) -> bool:
         """Whether callers wait in the queue while connections keep coming back (a
         busy pool, not a silent server)."""

@@ -13,6 +13,7 @@ then borrows them and closes neither.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -30,11 +31,13 @@ from ..offload import stop_processes, use_processes
 from ..root import Popagent
 from ..secrets import SecretCipher
 from ..store.tenant import require_boundary
+from .admission import AdmissionGate
 from .api import ROUTERS
 from .api.keys import router as keys_router
 from .config import ServerConfig
 from .errors import install_error_handlers
 from .gui import STATIC_DIR, gui_router
+from .health import HealthProbe
 from .logins import LoginLimits, LoginStore
 from .middleware import AccessLog, LifespanGuard, RequestGuard, SecurityHeaders, TokenGate
 from .openapi_text import install as install_openapi_text
@@ -94,6 +97,7 @@ def create_app(
                         max_size=pool_size,
                         embedder=embedder,
                         migrated=database_migrated,
+                        queue_limit=config.queue_limit,
                     )
                 )
             if config.multi_resource:
@@ -127,6 +131,9 @@ def create_app(
             # Audits the refusals it answered without the database (popagent.keys);
             # a borrowed root's keys too, so that none goes unaudited at shutdown.
             stack.push_async_callback(pa.keys.aclose)
+            health = HealthProbe(pa.pool, allowed_hosts=allowed_hosts)
+            health.serve_on(asyncio.get_running_loop())  # answered ahead (web.edge)
+            stack.push_async_callback(health.aclose)
             svc = Services(
                 config=config,
                 root=pa,
@@ -137,8 +144,10 @@ def create_app(
                         ttl_s=config.login_ttl_s,
                         failures=config.login_failures,
                         window_s=config.login_window_s,
+                        address_failures=config.login_address_failures,
                     ),
                 ),
+                health=health,
                 scheduler=scheduler,
             )
             # Closed first: turns still running finish before their model and pool go.
@@ -184,6 +193,9 @@ def create_app(
             max_bytes=config.quota_bytes,
         ),
     )
+    # Before any credential is looked up (a key is, in the database): a full queue
+    # refuses at the door.
+    app.add_middleware(AdmissionGate)
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog)

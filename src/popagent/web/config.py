@@ -16,6 +16,12 @@ from ..defaults import DEFAULT_HOST, DEFAULT_KEY_RATE, DEFAULT_PORT, DEFAULT_RES
 LOGIN_TTL_S = 12 * 3600.0
 LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 300.0
+#: Failed logins per client address (any credential) per window: a bound on guesses
+#: that the per-credential limit alone would not give.
+LOGIN_ADDRESS_FAILURES = 25
+#: Requests one server process lets wait for a database connection; past it, 503
+#: ``database_busy`` at once (``web.admission``).
+QUEUE_LIMIT = 1_000
 
 __all__ = [
     "BODY_TIMEOUT_S",
@@ -23,6 +29,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
     "MAX_BODY_BYTES",
+    "QUEUE_LIMIT",
     "ServerConfig",
 ]
 
@@ -58,9 +65,17 @@ class ServerConfig:
     multi_resource: bool = False
     #: Seconds a GUI login lasts.
     login_ttl_s: float = LOGIN_TTL_S
-    #: Failed logins per client address per ``login_window_s`` before 429.
+    #: Failed logins of one credential from one client address per ``login_window_s``
+    #: before 429; ``login_address_failures``: of any credential from that address.
     login_failures: int = LOGIN_FAILURES
     login_window_s: float = LOGIN_WINDOW_S
+    login_address_failures: int = LOGIN_ADDRESS_FAILURES
+    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` and
+    #: ``X-Forwarded-Proto`` are believed; none by default (``--trusted-proxy``).
+    trusted_proxies: tuple[str, ...] = ()
+    #: Requests that may wait for a database connection in this process (module
+    #: ``web.admission``); past it 503 ``database_busy`` with ``Retry-After``.
+    queue_limit: int = QUEUE_LIMIT
     #: Multi-resource mode: requests one key may make per minute (429 past it);
     #: ``None``: no limit. ``key_burst``: how many it may send at once (default:
     #: ``popagent.keys.BURST_SECONDS`` of the rate).

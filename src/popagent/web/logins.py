@@ -9,10 +9,17 @@ Invariants:
 - Every request with the cookie reads the login from the database: ``/logout``
   (which deletes it), revoking the key it was made with, or its expiry end it at
   once in every server process (``serve --workers``).
-- Failed logins are counted per client address in the database, in fixed
-  windows (``LOGIN_FAILURES`` per ``LOGIN_WINDOW_S``), so the limit holds across
-  processes; past it, ``/login`` answers 429 with ``Retry-After`` before the
-  credential is even compared. A success clears the client's count.
+- Failed logins are counted in the database, in fixed windows of
+  ``LOGIN_WINDOW_S``, so the limits hold across processes, under two keys: the
+  client address with the credential tried (its SHA-256, never the credential),
+  ``LOGIN_FAILURES`` per window; and the address alone, any credential,
+  ``LOGIN_ADDRESS_FAILURES``. Past either, ``/login`` answers 429 with
+  ``Retry-After`` before the credential is even compared. So wrong logins made
+  from (or claiming, through a trusted proxy) a victim's address do not lock out
+  the victim's own credential until the address's larger bound, and no address
+  gets more guesses than that bound. The address is the peer's, or the one a
+  proxy named with ``--trusted-proxy`` forwarded (``web.edge``); a forwarded
+  header from anyone else is ignored. A success clears both counts.
 - Expired logins are deleted when a new login is made (no schedule needed).
 """
 
@@ -25,9 +32,10 @@ from datetime import UTC, datetime, timedelta
 from ..keys import Principal, hash_secret
 from ..store import keys as sql
 from ..store.database import Pool
-from .config import LOGIN_FAILURES, LOGIN_TTL_S, LOGIN_WINDOW_S
+from .config import LOGIN_ADDRESS_FAILURES, LOGIN_FAILURES, LOGIN_TTL_S, LOGIN_WINDOW_S
 
 __all__ = [
+    "LOGIN_ADDRESS_FAILURES",
     "LOGIN_COOKIE",
     "LOGIN_FAILURES",
     "LOGIN_TTL_S",
@@ -41,11 +49,20 @@ LOGIN_COOKIE = "popagent_login"
 
 @dataclass(frozen=True, slots=True)
 class LoginLimits:
-    """How long a login lasts and how many failed logins a client may make per window."""
+    """How long a login lasts, and how many failed logins an address may make per
+    window with one credential (``failures``) and with any (``address_failures``)."""
 
     ttl_s: float = LOGIN_TTL_S
     failures: int = LOGIN_FAILURES
     window_s: float = LOGIN_WINDOW_S
+    address_failures: int = LOGIN_ADDRESS_FAILURES
+
+
+def _counters(address: str, credential: str) -> tuple[str, str]:
+    """The failure counters' keys (at most 64 characters, the column's bound): the
+    address with the credential's fingerprint, and the address alone."""
+    fingerprint = hash_secret(credential).hex()[:16]
+    return f"{address[:47]}#{fingerprint}", address[:64]
 
 
 class LoginStore:
@@ -104,19 +121,28 @@ class LoginStore:
                     scope=row["scope"],
                 )
 
-    async def retry_after(self, client: str) -> int | None:
-        """Seconds ``client`` must wait before trying again, or ``None``."""
+    async def retry_after(self, address: str, credential: str) -> int | None:
+        """Seconds a login from ``address`` with ``credential`` must wait, or ``None``."""
+        tried, anything = _counters(address, credential)
+        window = self.limits.window_s
         async with self.pool.connection() as conn:
-            return await sql.check_failures(
-                conn, client[:64], limit=self.limits.failures, window_s=self.limits.window_s
-            )
+            waits = [
+                await sql.check_failures(conn, tried, limit=self.limits.failures, window_s=window),
+                await sql.check_failures(
+                    conn, anything, limit=self.limits.address_failures, window_s=window
+                ),
+            ]
+        found = [wait for wait in waits if wait is not None]
+        return max(found) if found else None
 
-    async def failed(self, client: str) -> None:
-        """Count a failed login of ``client`` and audit it."""
+    async def failed(self, address: str, credential: str) -> None:
+        """Count a failed login from ``address`` with ``credential`` and audit it."""
         async with self.pool.connection() as conn, conn.transaction():
-            await sql.record_failure(conn, client[:64], self.limits.window_s)
+            for counter in _counters(address, credential):
+                await sql.record_failure(conn, counter, self.limits.window_s)
             await sql.audit_access(conn, "login_failed", method="POST", path="/login")
 
-    async def succeeded(self, client: str) -> None:
+    async def succeeded(self, address: str, credential: str) -> None:
         async with self.pool.connection() as conn:
-            await sql.clear_failures(conn, client[:64])
+            for counter in _counters(address, credential):
+                await sql.clear_failures(conn, counter)

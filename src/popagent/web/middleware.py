@@ -9,6 +9,8 @@ Invariants:
 - The access log names method, path, status, size and time, never the query
   string or a body: a text filter or a recall query is memory content; a
   credential in the path is masked (``logged_path``), even on a refused request.
+- A request with more than one ``Authorization`` header is refused (400) in
+  every mode: which one would count is ambiguous.
 - With a token configured, every route but ``/healthz``, ``/login`` and the
   static assets needs it: ``Authorization: Bearer`` (API clients) or the
   ``popagent_login`` cookie of a live login that ``/login`` made (the GUI in a
@@ -56,7 +58,14 @@ import psycopg
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from ..access import AllowedHosts, bearer_matches, request_port, send_json
+from ..access import (
+    REPEATED_AUTHORIZATION,
+    AllowedHosts,
+    bearer_matches,
+    repeated_authorization,
+    request_port,
+    send_json,
+)
 from ..credentials import redacted_path
 from ..errors import PopagentError
 from ..keys import Limits, Principal, pace_refusal
@@ -301,6 +310,9 @@ class TokenGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
+        if scope["type"] == "http" and repeated_authorization(scope):
+            await send_json(send, 400, _error("bad_request", REPEATED_AUTHORIZATION))
+            return
         if (
             scope["type"] != "http"
             or (self.token is None and not self.multi_resource)

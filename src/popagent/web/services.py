@@ -30,6 +30,7 @@ from ..models import ObservationGroup, ObservationLog
 from ..observe.state import read_state
 from ..root import Popagent
 from .config import ServerConfig
+from .health import HealthProbe
 from .logins import LoginStore
 from .scheduler import MaintenanceScheduler
 
@@ -49,6 +50,8 @@ class Services:
     root: Popagent
     agent: Agent | None
     logins: LoginStore
+    #: ``/healthz``'s database probe, on a connection of its own.
+    health: HealthProbe
     scheduler: MaintenanceScheduler | None = None
     _chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,9 +13,7 @@ from ...models import Health, MaintenanceReport
 from ..schemas import ErrorOut
 from ..services import Services, services
 
-__all__ = ["HEALTH_TIMEOUT_S", "router"]
-
-HEALTH_TIMEOUT_S = 2.0
+__all__ = ["router"]
 
 router = APIRouter(tags=["system"])
 
@@ -28,27 +25,11 @@ router = APIRouter(tags=["system"])
     summary="Whether the server can reach its database",
 )
 async def healthz(request: Request) -> JSONResponse:
-    # The server's own services: health has no resource (and no credential) in any mode.
+    # The server's own probe (``web.health``): health has no resource and no
+    # credential in any mode, and waits in no queue.
     s: Services = request.app.state.services
-    if s.root.pool.down_since is not None:
-        # Known to be away (a lost connection, or the embedded server restarting):
-        # say so now rather than after waiting for a connection, and have the pool
-        # look again in the background, which clears the mark once it answers.
-        s.root.pool.recheck_soon()
-        return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
-    try:
-        async with asyncio.timeout(HEALTH_TIMEOUT_S):
-            async with s.root.pool.connection() as conn:
-                await conn.execute("SELECT 1")
-    except Exception as exc:  # any failure to reach the database is "unavailable"
-        if isinstance(exc, TimeoutError) and s.root.pool.busy():
-            # Waiting in line behind a burst while connections keep coming back:
-            # the database answers, it is only busy.
-            return JSONResponse({"status": "ok", "database": "busy"})
-        return JSONResponse(
-            {"status": "unavailable", "database": type(exc).__name__}, status_code=503
-        )
-    return JSONResponse({"status": "ok", "database": "ok"})
+    status, body = await s.health.check()
+    return JSONResponse(body, status_code=status)
 
 
 @router.get(

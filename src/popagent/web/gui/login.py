@@ -11,8 +11,10 @@ deletes the login, so the cookie is worthless from then on, in every process.
 Invariants:
 - The token is compared in constant time (``bearer_matches``), a key by its
   hash, and neither is written to a page, a cookie or a log.
-- Past ``login_failures`` failed logins from one address in ``login_window_s``,
-  ``/login`` answers 429 with ``Retry-After`` without comparing anything.
+- Past ``login_failures`` failed logins of one credential from one address, or
+  ``login_address_failures`` of any from that address, in ``login_window_s``
+  (``web.logins``), ``/login`` answers 429 with ``Retry-After`` without comparing
+  anything.
 - ``next`` is followed only when it is a local path (``/...``, not ``//host``
   and no backslash); anything else goes to ``/``.
 - Without a configured token there is nothing to log in to: the page says so.
@@ -82,8 +84,9 @@ async def login(request: Request) -> Response:
     multi = s.config.multi_resource
     if s.config.token is None and not multi:
         return redirect(target)
-    client = request.client.host if request.client else "unknown"
-    wait_s = await s.logins.retry_after(client)
+    address = request.client.host if request.client else "unknown"
+    credential = form.get("token", "").strip()
+    wait_s = await s.logins.retry_after(address, credential)
     if wait_s is not None:
         response = page(
             request,
@@ -95,9 +98,9 @@ async def login(request: Request) -> Response:
         )
         response.headers["retry-after"] = str(wait_s)
         return response
-    principal = await _principal(s, form.get("token", "").strip())
+    principal = await _principal(s, credential)
     if principal is None:
-        await s.logins.failed(client)
+        await s.logins.failed(address, credential)
         return page(
             request,
             "login.html",
@@ -108,7 +111,7 @@ async def login(request: Request) -> Response:
             if multi
             else "That is not this server's token.",
         )
-    await s.logins.succeeded(client)
+    await s.logins.succeeded(address, credential)
     login_id, _ = await s.logins.open(principal)
     done = redirect(target)
     done.set_cookie(
