@@ -85,24 +85,43 @@ def exit_codes() -> Iterator[None]:
 
 def run(ctx: click.Context, action: Callable[[Popagent, str], Awaitable[T]]) -> T:
     """Open the database, run ``action(app, resource_id)`` (``app``: ``connect()``'s
-    ``Popagent``), map errors to exit codes."""
+    ``Popagent``), map errors to exit codes.
+
+    Without a database URL, a cluster another process already runs in the data
+    directory (``popagent serve``) is used as it is, found without the embedded
+    server's start-up lock (``store.embedded.running_url``); when none runs, or
+    it stopped before this command connected, the command starts (or joins) it
+    the usual way, under the lock.
+    """
     # Imported here, not at the top: ``popagent --help`` must not pay for them.
     from ..connection import connect
     from ..embed import configured_embedder
+    from ..errors import DatabaseError
+    from ..store.embedded import running_url
 
     settings: Settings = ctx.obj
+    started = False
 
-    async def main() -> T:
+    async def main(url: str | None) -> T:
+        nonlocal started
         async with connect(
-            settings.database_url,
+            url,
             data_dir=settings.data_dir,
             max_size=4,
             embedder=configured_embedder(),
         ) as app:
+            started = True
             return await action(app, settings.resource_id)
 
     with exit_codes():
-        return asyncio.run(main())
+        url = settings.database_url
+        if url is None and (running := running_url(settings.data_dir)) is not None:
+            try:
+                return asyncio.run(main(running))
+            except DatabaseError:
+                if started:  # the action ran, perhaps in part: never run it twice
+                    raise
+        return asyncio.run(main(url))
 
 
 def default_key_file() -> Path:
