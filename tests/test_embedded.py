@@ -300,12 +300,13 @@ async def test_the_embedded_cluster_is_restarted_after_kill_9(
             assert await holder.stdout.readline() == b"locked\n"
             os.kill(killed, signal.SIGKILL)
             # While the holder keeps the cluster down, every call fails fast.
-            assert await _first_failure(facts, 10) < 5
+            # Fast: the 2 s checkout timeout, not the 30 s queue timeout.
+            assert await _first_failure(facts, 30) < 15
             for _ in range(2):
                 began = time.monotonic()
                 with pytest.raises(popagent.DatabaseError):
                     await facts()
-                assert time.monotonic() - began < 5
+                assert time.monotonic() - began < 15
         finally:
             holder.stdin.close()  # releases the lock, before anything waits on it
             await holder.wait()
@@ -334,7 +335,7 @@ async def test_a_url_pool_recovers_by_itself_once_the_server_is_back(data_dir: P
             async def facts() -> list[popagent.Memory]:
                 return await memory.list(RESOURCE, MemoryFilter(kind="fact"))
 
-            assert await _first_failure(facts, 10) < 5
+            assert await _first_failure(facts, 30) < 15
             assert await asyncio.to_thread(server.restart_if_down) is True
             assert await asyncio.to_thread(server.restart_if_down) is False  # it is up
             rows, _ = await _until(facts, 20)
