@@ -8,7 +8,6 @@ and writes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from popagent import LongTermMemory
 from popagent.errors import ConflictError, NotFoundError, ValidationError
 from popagent.models import MemoryFilter, Provenance
+from tests.expiry_support import LATER, pass_expiry
 
 
 async def version_rows(memory: LongTermMemory, resource: str) -> list[dict[str, Any]]:
@@ -245,17 +245,18 @@ async def test_a_restore_that_conflicts_writes_nothing(
 async def test_an_expired_fact_is_never_recalled_and_maintenance_removes_it(
     semantic: LongTermMemory, resource: str
 ) -> None:
-    soon = datetime.now(UTC) + timedelta(seconds=1)
+    ahead = datetime.now(UTC) + LATER
     expiring = await semantic.remember(
-        resource, "Staying at the Hotel Aurora in Lisbon", key="trip.hotel", expires_at=soon
+        resource, "Staying at the Hotel Aurora in Lisbon", key="trip.hotel", expires_at=ahead
     )
     lasting = await semantic.remember(resource, "Likes the Hotel Aurora breakfast")
-    assert expiring.memory.expires_at == soon
+    assert expiring.memory.expires_at == ahead
     assert {r.memory.id for r in await semantic.recall(resource, "hotel aurora")} == {
         expiring.memory.id,
         lasting.memory.id,
     }
-    await asyncio.sleep((soon - datetime.now(UTC)).total_seconds() + 0.05)
+    async with semantic.pool.connection() as conn:
+        soon = await pass_expiry(conn, resource, expiring.memory.id)
     assert datetime.now(UTC) > soon
     for mode in ("lexical", "vector", "fused"):
         found = await semantic.recall(resource, "hotel aurora", mode=mode)

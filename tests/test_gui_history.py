@@ -11,7 +11,6 @@ confirmation step. Every refusal (403, 404, 409, 422) writes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +20,7 @@ import pytest
 import popagent
 from popagent.models import Provenance
 from popagent.threads import ThreadStore
+from tests.expiry_support import LATER, pass_expiry
 from tests.gui_support import field_error, post_form
 from tests.web_support import count_rows, memory_state
 
@@ -129,12 +129,11 @@ async def test_an_expiry_left_as_shown_stays_as_stored(
 async def test_expired_fact_is_marked(
     gui: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    soon = datetime.now(UTC) + timedelta(seconds=1)
-    fact = await memory.create_fact(resource, "Parked on level three", expires_at=soon)
-    for _ in range(100):  # bounded: the expiry is a second away
-        if datetime.now(UTC) > soon:
-            break
-        await asyncio.sleep(0.05)
+    fact = await memory.create_fact(
+        resource, "Parked on level three", expires_at=datetime.now(UTC) + LATER
+    )
+    async with memory.pool.connection() as conn:
+        passed = await pass_expiry(conn, resource, fact.id)
     html = (await gui.get(f"/memories/{fact.id}")).text
     assert '<strong class="expired" data-testid="expired">expired</strong>' in html
     assert "This fact expired" in html
@@ -144,10 +143,10 @@ async def test_expired_fact_is_marked(
     edited = await post_form(
         gui,
         f"/facts/{fact.id}",
-        form("Parked on level four", expires_at=soon.strftime("%Y-%m-%dT%H:%M:%S")),
+        form("Parked on level four", expires_at=passed.strftime("%Y-%m-%dT%H:%M:%S")),
     )
     assert edited.status_code == 303, edited.text
-    assert (await memory.get(resource, fact.id, kind="fact")).expires_at == soon
+    assert (await memory.get(resource, fact.id, kind="fact")).expires_at == passed
 
 
 @pytest.mark.parametrize(

@@ -218,7 +218,7 @@ async def test_the_turn_lock_spans_connections(database_url: str, resource: str)
             async with session_turn_lock(second, resource, "s2"):
                 order.append("other session")
             order.append("first done")
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, 60)
         assert order == ["other session", "first done", "second"]
         async with first.connection() as conn:
             assert not await turn_lock_held(conn, resource, "s1")
@@ -240,7 +240,7 @@ async def test_a_cancelled_waiter_leaves_no_lock_behind(database_url: str, resou
         began = time.monotonic()
         async with session_turn_lock(second, resource, "s"):
             pass
-        assert time.monotonic() - began < 5
+        assert time.monotonic() - began < 30
         async with second.connection() as conn:
             cur = await conn.execute(
                 "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",

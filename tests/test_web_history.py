@@ -11,7 +11,6 @@ leaves the database exactly as it was.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 import popagent
 from popagent import Popagent
 from popagent.models import Provenance
+from tests.expiry_support import pass_expiry
 from tests.web_support import api_client, count_rows, memory_state
 
 
@@ -148,21 +148,18 @@ async def test_bad_expires_at_is_refused_naming_the_field(
 async def test_expired_fact_is_not_recalled_but_readable_until_maintenance(
     api: httpx.AsyncClient, memory: popagent.LongTermMemory, resource: str
 ) -> None:
-    soon = datetime.now(UTC) + timedelta(seconds=1)
-    fact = await create(api, content="Parked on level three", expires_at=soon.isoformat())
+    fact = await create(api, content="Parked on level three", expires_at=later(hours=1))
     await create(api, content="Parked the bike by the river")
     recalled = (await api.post("/api/recall", json={"query": "parked"})).json()["results"]
     assert fact["id"] in {r["memory"]["id"] for r in recalled}
-    for _ in range(100):  # bounded: the expiry is a second away
-        if datetime.now(UTC) > soon:
-            break
-        await asyncio.sleep(0.05)
+    async with memory.pool.connection() as conn:
+        passed = await pass_expiry(conn, resource, fact["id"])
     recalled = (await api.post("/api/recall", json={"query": "parked"})).json()
     assert [r["memory"]["content"] for r in recalled["results"]] == ["Parked the bike by the river"]
     assert "level three" not in recalled["rendered"]
     read = await api.get(f"/api/facts/{fact['id']}")
     assert read.status_code == 200
-    assert datetime.fromisoformat(read.json()["expires_at"]) == soon
+    assert datetime.fromisoformat(read.json()["expires_at"]) == passed
     report = (await api.post("/api/maintenance")).json()
     assert report == {"expired_episodes": 0, "capped_episodes": 0, "expired_facts": 1}
     assert (await api.get(f"/api/facts/{fact['id']}")).status_code == 404

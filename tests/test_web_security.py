@@ -327,13 +327,14 @@ def test_database_outage_answers_503_quickly_and_logs_only_json(tmp_path: Path) 
                 response = client.request(method, path, json=body)
                 elapsed = time.monotonic() - began
                 assert response.status_code == 503, (path, response.text)
-                assert elapsed < 5, f"{method} {path} took {elapsed:.1f} s"
+                # Fast: well below the 30 s a wait for a pool connection would take.
+                assert elapsed < 15, f"{method} {path} took {elapsed:.1f} s"
                 outage.append(response)
             began = time.monotonic()
             health = client.get("/healthz")
             assert health.status_code == 503
             assert health.json()["status"] == "unavailable"
-            assert time.monotonic() - began < 5
+            assert time.monotonic() - began < 15
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=60)
@@ -459,7 +460,7 @@ async def test_a_body_shorter_than_its_length_gets_408_quickly(
         assert head.startswith(b"HTTP/1.1 408"), data
         error = json.loads(body)
         assert set(error) == ERROR_KEYS and error["error"] == "request_timeout"
-        assert elapsed < 5, f"{elapsed:.1f} s"
+        assert elapsed < 12, f"{elapsed:.1f} s"  # the 1 s bound, not the socket's 15 s
         # A complete body on a fresh connection is served as usual.
         whole = b'{"content": "Whole body"}'
         status, _, _ = raw_http(

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_RESOURCE",
     "LimitFlags",
     "Settings",
+    "connected",
     "default_key_file",
     "emit_json",
     "exit_codes",
@@ -83,22 +84,44 @@ def exit_codes() -> Iterator[None]:
         raise click.ClickException(" ".join(str(exc).split())) from exc
 
 
-def run(ctx: click.Context, action: Callable[[Popagent, str], Awaitable[T]]) -> T:
-    """Open the database, run ``action(app, resource_id)`` (``app``: ``connect()``'s
-    ``Popagent``), map errors to exit codes."""
+@asynccontextmanager
+async def connected(settings: Settings, **options: Any) -> AsyncIterator[Popagent]:
+    """``connect()`` for a short command: the group's database, with ``options``.
+
+    Without a database URL, a cluster another process already runs in the data
+    directory (``popagent serve``) is used as it is, found without the embedded
+    server's start-up lock (``store.embedded.running_url``), and left to that
+    process; when none runs, or it stopped before this command connected, the
+    command starts (or joins) it the usual way, under the lock. Long-running
+    commands (``chat``, ``mcp``, ``serve``) keep a handle of their own instead.
+    """
     # Imported here, not at the top: ``popagent --help`` must not pay for them.
     from ..connection import connect
+    from ..errors import DatabaseError
+    from ..store.embedded import running_url
+
+    async with AsyncExitStack() as stack:
+        app: Popagent | None = None
+        running = None if settings.database_url else running_url(settings.data_dir)
+        if running is not None:
+            with suppress(DatabaseError):  # stopped meanwhile: start or join it below
+                app = await stack.enter_async_context(connect(running, **options))
+        if app is None:
+            app = await stack.enter_async_context(
+                connect(settings.database_url, data_dir=settings.data_dir, **options)
+            )
+        yield app
+
+
+def run(ctx: click.Context, action: Callable[[Popagent, str], Awaitable[T]]) -> T:
+    """Open the database (``connected``), run ``action(app, resource_id)`` (``app``:
+    ``connect()``'s ``Popagent``), map errors to exit codes."""
     from ..embed import configured_embedder
 
     settings: Settings = ctx.obj
 
     async def main() -> T:
-        async with connect(
-            settings.database_url,
-            data_dir=settings.data_dir,
-            max_size=4,
-            embedder=configured_embedder(),
-        ) as app:
+        async with connected(settings, max_size=4, embedder=configured_embedder()) as app:
             return await action(app, settings.resource_id)
 
     with exit_codes():

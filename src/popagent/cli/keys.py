@@ -20,9 +20,8 @@ from typing import TypeVar
 
 import click
 
-from ..connection import connect
 from ..keys import ApiKey, KeyStore, Usage
-from .common import Settings, emit_json, exit_codes, parse_when, print_rows, when
+from .common import Settings, connected, emit_json, exit_codes, parse_when, print_rows, when
 
 __all__ = ["keys_group"]
 
@@ -36,9 +35,7 @@ def _run(ctx: click.Context, action: Callable[[KeyStore], Awaitable[T]]) -> T:
     settings: Settings = ctx.obj
 
     async def main() -> T:
-        async with connect(
-            settings.database_url, data_dir=settings.data_dir, max_size=2, embedder=None
-        ) as app:
+        async with connected(settings, max_size=2, embedder=None) as app:
             return await action(app.keys)
 
     with exit_codes():

