@@ -345,6 +345,7 @@ INTERNAL: frozenset[str] = frozenset(
         "popagent.adapters.batching",
         "popagent.adapters.langgraph_index",
         "popagent.adapters.langgraph_items",
+        "popagent.adapters.sweeper",
         "popagent.adapters.tool_calls",
         "popagent.adapters.toolkit",
         "popagent.checks",

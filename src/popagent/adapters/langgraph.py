@@ -77,7 +77,6 @@ LangGraph is an optional extra: ``pip install "popagent[langgraph]"``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import weakref
@@ -117,6 +116,7 @@ from ..errors import NotFoundError, ValidationError
 from ..memory.validation import check_importance, normalize_key
 from ..models import MemoryFilter
 from ..root import Popagent
+from . import sweeper
 from .backend import MemoryBackend, StoreBackend
 from .batching import Queue, Request, gated, settled
 from .langchain import memory_tools
@@ -275,7 +275,7 @@ class PopagentStore(BaseStore):
         self.index_config: dict[str, Any] | None = None if self.index is None else self.index.config
         if self.index is not None:
             self._store_backend("index=")
-        self._sweeper: concurrent.futures.Future[None] | None = None
+        self._sweeper: sweeper.Sweeper | None = None
         self.importance = check_importance(importance)
         if isinstance(scan_limit, bool) or not isinstance(scan_limit, int) or scan_limit < 1:
             raise ValidationError("scan_limit", "must be a positive integer")
@@ -299,47 +299,33 @@ class PopagentStore(BaseStore):
 
     # --- TTL: the sweeper ---
 
-    def start_ttl_sweeper(
-        self, sweep_interval_minutes: float | None = None
-    ) -> concurrent.futures.Future[None]:
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> sweeper.Sweeper:
         """Run popagent's maintenance of this resource every ``sweep_interval_minutes``
         (default: the TTL config's ``sweep_interval_minutes``, else 5) on the backend's
-        event loop, so expired items are removed (reads never return them anyway);
-        the future it returns ends when ``stop_ttl_sweeper`` stops it. Callable from any
-        thread and from async code (it does not block). A second call while one runs
-        returns the running one's future."""
+        event loop, so expired items are removed (reads never return them anyway).
+        Returns a concurrent future, done once ``stop_ttl_sweeper`` stops it, that
+        ``await`` also accepts (as LangGraph's async stores' is awaited); callable from
+        any thread. A second call while one runs returns the running one."""
         backend = self._store_backend("the TTL sweeper")
         if self._sweeper is not None and not self._sweeper.done():
             return self._sweeper
-        interval = check_ttl(
+        minutes = check_ttl(
             sweep_interval_minutes
             or (self.ttl_config or {}).get("sweep_interval_minutes")
             or SWEEP_MINUTES
         )
         loop = self._bridge.loop
-        if loop is None or loop.is_closed() or not loop.is_running():
-            raise RuntimeError("the sweeper runs on popagent's event loop, which is not running")
-
-        async def sweep() -> None:
-            while True:
-                await backend.maintain()
-                await asyncio.sleep(60 * (interval or SWEEP_MINUTES))
-
-        self._sweeper = asyncio.run_coroutine_threadsafe(sweep(), loop)
+        if loop is None:
+            raise RuntimeError("the sweeper needs popagent's event loop; make the store in it")
+        self._sweeper = sweeper.start(loop, backend.maintain, 60 * (minutes or SWEEP_MINUTES))
         return self._sweeper
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper; ``True`` once it has stopped (or none ran). From a thread
-        other than the event loop's it waits up to ``timeout`` seconds for that."""
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is None:
-            return True
-        sweeper.cancel()
-        loop = self._bridge.loop
-        if loop is not None and loop.is_running() and not _on_loop_thread(loop):
-            with contextlib.suppress(concurrent.futures.CancelledError, TimeoutError):
-                concurrent.futures.wait([sweeper], timeout=timeout)
-        return sweeper.done() or sweeper.cancelled()
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> sweeper.Stopped:
+        """Stop the sweeper; true once it has stopped (or none ran), and awaitable to
+        that bool. From a thread other than the event loop's it waits up to
+        ``timeout`` seconds for the sweeper to end."""
+        running, self._sweeper = self._sweeper, None
+        return sweeper.stop(running, self._bridge.loop, timeout)
 
     async def asweep_ttl(self) -> int:
         """One sweep now: popagent's maintenance of this resource; how many expired
@@ -793,10 +779,3 @@ class PopagentStore(BaseStore):
         else:
             names = sorted(kept)
         return names[op.offset : op.offset + op.limit]
-
-
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False

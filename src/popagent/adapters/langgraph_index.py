@@ -11,7 +11,8 @@ stores read it (``InMemoryStore``, ``PostgresStore``):
   resolved by LangGraph's own ``ensure_embeddings``;
 - ``fields``: JSON paths into the value (``"text"``, ``"a.b"``, ``"items[*].text"``,
   ``"{title,body}"``; LangGraph's ``get_text_at_path``), ``["$"]`` (the default) for
-  the whole value; each text found is one vector, and an item is as near to a
+  the whole value (``text_fields``, ``SqliteIndexConfig``'s name, is read the same);
+  each text found is one vector, and an item is as near to a
   query as its nearest vector;
 - ``distance_type``: ``"cosine"`` (default), ``"inner_product"`` or ``"l2"``; scores
   are the cosine similarity, the inner product, or the negative L2 distance, as
@@ -91,7 +92,8 @@ class StoreIndex:
         distance = index.get("distance_type", "cosine")
         if distance not in DISTANCES:
             raise ValidationError("index.distance_type", f"must be one of {sorted(DISTANCES)}")
-        fields = index.get("fields") or ["$"]
+        # ``text_fields``: the name ``SqliteStore``'s config gives them.
+        fields = index.get("fields") or index.get("text_fields") or ["$"]
         if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
             raise ValidationError("index.fields", "must be a list of JSON paths")
         embeddings = ensure_embeddings(embed)
