@@ -326,20 +326,31 @@ async def test_search_ranks_every_item_in_scope_with_langgraphs_scores(
     assert all(i.score is None for i in listed)
 
 
-async def test_index_false_is_stored_and_never_found_by_a_query(
+async def test_index_false_is_stored_and_never_scored(
     indexed: PopagentStore, root: Popagent, resource: str
 ) -> None:
-    await indexed.aput(("ns",), "indexed", {"text": "green tea"})
     await indexed.aput(("ns",), "hidden", {"text": "green tea"}, index=False)
-    assert [i.key for i in await indexed.asearch(("ns",), query="green tea", limit=10)] == [
-        "indexed"
+    await indexed.aput(("ns",), "indexed", {"text": "green tea"})
+    await indexed.aput(("ns",), "far", {"text": "zzz"})
+    # Every item in scope: the scored ones first (even one sharing nothing with the
+    # query), then the one without vectors, with no score, as InMemoryStore lists it.
+    found = await indexed.asearch(("ns",), query="green tea", limit=10)
+    assert [i.key for i in found] == ["indexed", "far", "hidden"]
+    assert found[1].score is not None and found[2].score is None
+    # A page that the scored items fill leaves it out.
+    assert [i.key for i in await indexed.asearch(("ns",), query="green tea", limit=2)] == [
+        "indexed",
+        "far",
     ]
     item = await indexed.aget(("ns",), "hidden")
     assert item is not None and item.value == {"text": "green tea"}
-    assert {i.key for i in await indexed.asearch(("ns",))} == {"indexed", "hidden"}
     # index=False on an item that had vectors drops them.
     await indexed.aput(("ns",), "indexed", {"text": "green tea"}, index=False)
-    assert await indexed.asearch(("ns",), query="green tea") == []
+    await indexed.adelete(("ns",), "far")
+    assert [(i.key, i.score) for i in await indexed.asearch(("ns",), query="green tea")] == [
+        ("indexed", None),
+        ("hidden", None),
+    ]
     assert await _vector_rows(root, resource) == []
 
 
@@ -361,9 +372,10 @@ async def test_a_puts_own_fields_and_json_paths(
     assert found[1].score == pytest.approx(1.0, abs=1e-4)
     assert found[2].key == "b" and found[2].score == pytest.approx(0.0, abs=1e-4)
     assert embeddings.texts == ["aaaa", "bbbb", "aaaa", "dddd"]
-    # A path that is not in the value embeds nothing: stored, found by no query.
+    # A path that is not in the value embeds nothing: stored, never scored.
     await store.aput(("ns",), "d", {"other": "aaaa"})
-    assert "d" not in [i.key for i in await store.asearch(("ns",), query="aaaa")]
+    found = await store.asearch(("ns",), query="aaaa")
+    assert found[-1].key == "d" and found[-1].score is None
 
 
 @pytest.mark.parametrize(
@@ -494,5 +506,7 @@ async def test_a_store_without_index_keeps_popagents_recall(
     await plain.aput(("ns",), "zzz", {"text": "zzz"})
     # Recall: only what shares words with the query, scores recall's.
     assert [i.key for i in await plain.asearch(("ns",), query="green tea")] == ["tea"]
-    # The same items, put without vectors, are never found by the indexed store's query.
-    assert await indexed.asearch(("ns",), query="green tea") == []
+    # The same items, put without vectors, are listed by the indexed store's query
+    # without a score.
+    found = await indexed.asearch(("ns",), query="green tea")
+    assert {i.key for i in found} == {"tea", "zzz"} and {i.score for i in found} == {None}

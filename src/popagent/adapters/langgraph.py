@@ -43,10 +43,11 @@ unless said otherwise):
 - **index=** (``popagent.adapters.langgraph_index``): with the store's ``index=``
   config, a put embeds the config's ``fields`` (or the put's own ``index=[paths]``)
   with the caller's model and keeps the vectors in popagent's vector table under a
-  model name of their own; ``index=False`` stores the item without vectors, so no
-  query finds it. ``search(prefix, query=...)`` then ranks every item in scope that
-  has vectors, after ``filter``, by that model's similarity (the best field's;
-  ``SearchItem.score`` as LangGraph's stores report it).
+  model name of their own; ``index=False`` stores the item without vectors.
+  ``search(prefix, query=...)`` then ranks every item in scope, after ``filter``, by
+  that model's similarity (the best field's; ``SearchItem.score`` as LangGraph's
+  stores report it); items without vectors follow every scored one, with no
+  score, as ``InMemoryStore`` lists them.
 - Without ``index=``, ``search`` with a ``query`` is popagent's recall (lexical,
   or fused with vectors when the memory has an embedder), limited to the
   namespace prefix and ``filter``; ``SearchItem.score`` is recall's score, and an
@@ -728,8 +729,10 @@ class PopagentStore(BaseStore):
         ]
 
     async def _ranked(self, op: SearchOp, scans: _Scans) -> list[tuple[Decoded, float | None]]:
-        """Every item in scope that has vectors, after ``filter``, nearest first by the
-        index's model (ties: newest first, as the scan lists them)."""
+        """Every item in scope, after ``filter``: those with vectors nearest first by the
+        index's model (ties: newest first, as the scan lists them), then those without
+        (``index=False``, or no text at the fields), newest first with no score, as
+        ``InMemoryStore`` lists them."""
         assert self.index is not None and op.query is not None
         query = await self.index.embed_query(op.query)
         items = [
@@ -742,7 +745,8 @@ class PopagentStore(BaseStore):
         )
         scored = [(item, scores[item.memory.id]) for item in items if item.memory.id in scores]
         scored.sort(key=lambda pair: pair[1], reverse=True)  # stable: newest first on ties
-        return [(item, score) for item, score in scored]
+        unscored = [(item, None) for item in items if item.memory.id not in scores]
+        return [*scored, *unscored]
 
     async def _recalled(
         self, op: SearchOp, prefix: tuple[str, ...], want: int
