@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore, IndexConfig
 from langgraph.warnings import LangGraphDeprecatedSinceV10
+from pydantic import SecretStr
 
 with warnings.catch_warnings():
     # LangMem's trustcall imports ``Send`` from where LangGraph 1.x deprecates it.
@@ -41,10 +43,10 @@ from popagent.models import MemoryFilter
 from tests.scripted_model import CallTools, Reply, ScriptedModelServer
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-USER = {"configurable": {"langgraph_user_id": "user-7", "thread_id": "t1"}}
+USER: RunnableConfig = {"configurable": {"langgraph_user_id": "user-7", "thread_id": "t1"}}
 
 
-def embed(texts: list[str]) -> list[list[float]]:
+def embed(texts: Sequence[str]) -> list[list[float]]:
     """Letter and digit counts: texts that share letters are near."""
     return [[float(t.lower().count(ch)) for ch in ALPHABET] for t in texts]
 
@@ -58,9 +60,9 @@ def store(root: Popagent, resource: str) -> PopagentStore:
 def chat(scripted: ScriptedModelServer) -> ChatOpenAI:
     return ChatOpenAI(
         base_url=scripted.base_url,
-        api_key="test-key",
+        api_key=SecretStr("test-key"),
         model="scripted",
-        max_retries=0,  # type: ignore[arg-type]
+        max_retries=0,
     )
 
 
