@@ -258,6 +258,7 @@ async def test_index_keeps_the_callers_vectors_under_a_model_of_their_own(
         root, resource, index={"dims": DIMS, "embed": embeddings, "fields": ["title", "tags[*]"]}
     )
     assert store.index_config is not None and store.index_config["embed"] is embeddings
+    assert store.embeddings is embeddings
     await store.aput(("docs",), "a", {"title": "Tea", "tags": ["green", "hot"], "body": "x"})
     fact = await _fact(memory, resource, ("docs",), "a")
     rows = await _vector_rows(root, resource)

@@ -274,6 +274,8 @@ class PopagentStore(BaseStore):
         self.index = None if index is None else StoreIndex.of(index, prefix)
         #: The ``index=`` config as given (LangGraph's stores expose it so).
         self.index_config: dict[str, Any] | None = None if self.index is None else self.index.config
+        #: The index's LangChain ``Embeddings`` (LangGraph's stores expose it so), else None.
+        self.embeddings: Any = None if self.index is None else self.index.embeddings
         if self.index is not None:
             self._store_backend("index=")
         self._sweeper: sweeper.Sweeper | None = None
