@@ -167,13 +167,6 @@ async def test_credentials_are_refused(
     assert await memory.list(resource, MemoryFilter(kind="fact")) == []
 
 
-async def test_ttl_is_not_supported(store: PopagentStore) -> None:
-    with pytest.raises(NotImplementedError):
-        await store.aput(("ns",), "k", {"v": 1}, ttl=5)
-    with pytest.raises(NotImplementedError, match="TTL"):
-        await store.abatch([PutOp(("ns",), "k", {"v": 1}, ttl=5.0)])
-
-
 async def test_the_resource_is_the_backends(
     root: Popagent, memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
@@ -969,21 +962,14 @@ async def test_a_blank_query_lists_the_namespace_as_langgraph_does(store: Popage
         assert [item.key for item in found] == ["b", "a"] and all(i.score is None for i in found)
 
 
-async def test_index_embedding_and_ttl_configs_are_refused(
-    store: PopagentStore, root: Popagent, memory: popagent.LongTermMemory, resource: str
+async def test_without_an_index_a_puts_index_is_ignored_as_langgraph_does(
+    store: PopagentStore,
 ) -> None:
-    for index in (["text"], False):
-        with pytest.raises(NotImplementedError, match="index= is not supported"):
-            await store.aput(("ns",), "k", {"text": "tea"}, index=index)
-        with pytest.raises(NotImplementedError, match="index= is not supported"):
-            await store.abatch([PutOp(("ns",), "k", {"text": "tea"}, index=index)])
-    assert await memory.list(resource, MemoryFilter(kind="fact")) == []
-    await store.aput(("ns",), "k", {"text": "tea"}, index=None)  # the default stays fine
-    config = {"dims": 4, "embed": "fake:embed", "fields": ["text"]}
-    with pytest.raises(NotImplementedError, match=r"popagent.connect\(embedder="):
-        PopagentStore(root, resource, index=config)
-    with pytest.raises(NotImplementedError, match="TTL"):
-        PopagentStore(root, resource, ttl={"default_ttl": 5.0})
+    for index in (["text"], False, None):
+        await store.aput(("ns",), "k", {"text": "green tea"}, index=index)
+        assert [i.key for i in await store.asearch(("ns",), query="green tea")] == ["k"]
+    await store.abatch([PutOp(("ns",), "j", {"text": "tea"}, index=False)])
+    assert await value_at(store, ("ns",), "j") == {"text": "tea"}
 
 
 async def test_async_calls_from_threads_running_their_own_loops(

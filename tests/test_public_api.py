@@ -80,6 +80,7 @@ PUBLIC: dict[str, list[str]] = {
     "popagent.adapters.backend": [
         "LocalBackend",
         "MemoryBackend",
+        "StoreBackend",
     ],
     "popagent.adapters.langchain": [
         "PopagentRetriever",
@@ -341,6 +342,10 @@ PUBLIC: dict[str, list[str]] = {
 INTERNAL: frozenset[str] = frozenset(
     {
         "popagent.access",
+        "popagent.adapters.batching",
+        "popagent.adapters.langgraph_index",
+        "popagent.adapters.langgraph_items",
+        "popagent.adapters.sweeper",
         "popagent.adapters.tool_calls",
         "popagent.adapters.toolkit",
         "popagent.checks",

@@ -18,13 +18,14 @@ Invariants:
 from __future__ import annotations
 
 import builtins  # ``list`` names a method in the class bodies below
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, Unpack, runtime_checkable
 
 from ..memory.render import DEFAULT_BUDGET, render
 from ..models import (
     FactOptions,
+    MaintenanceReport,
     Memory,
     MemoryFilter,
     Provenance,
@@ -32,8 +33,9 @@ from ..models import (
     RememberResult,
 )
 from ..root import Popagent
+from ..store.caller_vectors import Distance
 
-__all__ = ["LocalBackend", "MemoryBackend"]
+__all__ = ["LocalBackend", "MemoryBackend", "StoreBackend"]
 
 
 @runtime_checkable
@@ -65,6 +67,33 @@ class MemoryBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class StoreBackend(MemoryBackend, Protocol):
+    """A backend that also keeps a framework store's own vectors and extends expiry on
+    read (LangGraph's ``index=`` and TTL refresh); ``LocalBackend`` is one."""
+
+    async def write_vectors(
+        self, memory: Memory, model: str, vectors: Sequence[Sequence[float]]
+    ) -> int:
+        """Make ``vectors`` the fact's ``model`` vectors (a ``caller:`` model name),
+        while it holds ``memory.content``; none deletes them."""
+        ...
+
+    async def vector_scores(
+        self, model: str, query: Sequence[float], distance: Distance, ids: Sequence[int]
+    ) -> dict[int, float]:
+        """Similarity to ``query`` of each fact of ``ids`` with ``model`` vectors."""
+        ...
+
+    async def extend_expiry(self, minutes: Mapping[int, float]) -> int:
+        """Each live, expiring fact's expiry moved to that many minutes from now."""
+        ...
+
+    async def maintain(self) -> MaintenanceReport:
+        """popagent's maintenance of this resource (expired facts go)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LocalBackend:
     """The long-term memory of a :class:`Popagent` (``popagent.connect()``'s), bound to
@@ -92,6 +121,26 @@ class LocalBackend:
 
     async def delete(self, id: int) -> None:
         await self.app.memory.delete(self.resource_id, id, kind="fact")
+
+    async def write_vectors(
+        self, memory: Memory, model: str, vectors: Sequence[Sequence[float]]
+    ) -> int:
+        return await self.app.memory.write_caller_vectors(
+            self.resource_id, memory.id, memory.content_sha256, model, vectors
+        )
+
+    async def vector_scores(
+        self, model: str, query: Sequence[float], distance: Distance, ids: Sequence[int]
+    ) -> dict[int, float]:
+        return await self.app.memory.caller_vector_scores(
+            self.resource_id, model, query, distance=distance, ids=ids
+        )
+
+    async def extend_expiry(self, minutes: Mapping[int, float]) -> int:
+        return await self.app.memory.extend_expiry(self.resource_id, minutes)
+
+    async def maintain(self) -> MaintenanceReport:
+        return await self.app.memory.maintain(resource_id=self.resource_id)
 
 
 def render_block(results: Sequence[RecallResult], *, budget: int = DEFAULT_BUDGET) -> str:

@@ -4,67 +4,65 @@
 
     from popagent.adapters.langgraph import PopagentStore, memory_tools
 
-    store = PopagentStore(memory, "user-42")        # or PopagentStore(backend)
+    store = PopagentStore(app, "user-42")           # or PopagentStore(backend)
     await store.aput(("memories", "prefs"), "editor", {"text": "Uses Helix, not Vim"})
     hits = await store.asearch(("memories",), query="which editor?")   # popagent recall
     agent = create_react_agent(model, memory_tools(store.backend), store=store)
 
-How an item becomes a fact (reversible, see ``encode_item``/``decode_fact``):
+    # LangGraph's semantic search and TTL, with the caller's embeddings:
+    store = PopagentStore(app, "user-42", index={"dims": 1536, "embed": "openai:text-embedding-3-small",
+                                                 "fields": ["text"]},
+                          ttl={"default_ttl": 60 * 24, "refresh_on_read": True})
 
-- **Key**: ``prefix`` (default ``"langgraph:"``) plus 40 hex digits of the SHA-256
-  of the exact namespace and key (``json.dumps([list(namespace), key])``), so
-  LangGraph's case-sensitive, arbitrarily long keys fit popagent's lower-cased
-  128-character fact keys, and a ``put`` of the same item upserts one fact.
-- **Content**: the item as compact JSON, ``{"namespace":[...],"key":...,"value":{...}}``,
-  written so that popagent's normalization (NFC, whitespace runs collapsed,
-  trimmed) leaves it unchanged: whitespace other than a single space, and
-  unpaired surrogates, are ``\\uXXXX`` escapes, and an item whose text is not in
-  NFC is written all in ASCII escapes. ``get`` parses it back exactly. Text the
-  escapes hide from the lexical index (multi-line strings, for one) follows the
-  JSON as plain normalized words, so recall still finds it.
-- **Limits**: the JSON must fit popagent's 2,000-character fact (a longer item is a
-  ``ValidationError`` on ``value`` naming its size), values must be JSON objects
-  with string keys, and popagent's credential screen applies: a value holding a
-  password or token is refused with ``SecretRefusedError``, and nothing is written.
+Each item is one popagent fact (``popagent.adapters.langgraph_items``: the key is
+``prefix`` plus a digest of namespace and key, the content the item as JSON that
+``get`` parses back exactly, within popagent's 2,000-character fact; a value
+holding a credential is refused with ``SecretRefusedError`` and nothing is
+written).
 
 Semantics (those of LangGraph's own stores, ``InMemoryStore`` and ``PostgresStore``,
 unless said otherwise):
 
 - ``batch``/``abatch`` validate every operation (namespace labels as
-  ``validate_op_namespace`` does, every put's encoding, TTL, ``index``) before
+  ``validate_op_namespace`` does, every put's encoding, TTL and ``index``) before
   anything is written; reads see the state before the batch's writes; several
   puts of one item keep the last; results come back in the operations' order.
-  Each put is atomic; a batch as a whole is not a transaction (the database
-  failing half way leaves the earlier puts in place).
-- Concurrent calls are merged, as LangGraph's ``AsyncBatchedBaseStore`` does:
-  every call (``aget``, ``aput``, ..., ``abatch``, and the sync methods through
-  the owner loop) joins a queue, and one batch at a time serves everything
-  queued so far on that event loop, with at most ``concurrency`` backend calls
-  (pooled connections) at once and identical reads made once. Calls stay
-  independent: one call's invalid operation, failed read or failed write fails
-  that call (and, for a write, the calls whose puts of the same item it
-  replaced), never another.
-- ``search`` with a ``query`` is popagent's recall (lexical, or fused with
-  vectors when the memory has an embedder), limited to the namespace prefix
-  and ``filter``: it returns what recall finds, best first, and
-  ``SearchItem.score`` is recall's score (unbounded, explained by its
-  components), where LangGraph's stores with an index rank every item in scope
-  by vector similarity. A blank query (``""``) is no query: the items newest
-  first, as without one. ``filter`` matches values like ``InMemoryStore``
-  (equality, nested objects, ``$eq $ne $gt $gte $lt $lte``); a dotted key
-  that is not a key of the value names a nested field (``"user.level"``), as
-  LangGraph's SQL stores read it.
-- Not supported, refused with ``NotImplementedError`` before anything is
-  written: ``index=`` on a put (fields to embed, or ``False``: popagent indexes
-  the whole item, lexically and with the memory's embedder), the store's
-  ``index=`` embedding config (give ``popagent.connect(embedder=...)`` instead),
-  and TTL (``ttl=`` on a put or the store; ``supports_ttl`` is false: facts
-  stay until deleted).
-- ``updated_at`` moves when a put changes the value; a put of the same value
-  changes nothing (popagent's ``unchanged``).
-- Listing (search without a query, ``list_namespaces``) pages through the
-  resource's facts, at most ``scan_limit`` of them (default 100,000; more is a
-  ``ValidationError`` naming ``scan_limit``).
+  Each put is atomic; a batch as a whole is not a transaction.
+- Concurrent calls are merged, as LangGraph's ``AsyncBatchedBaseStore`` does: one
+  batch at a time serves every call queued on that event loop, with at most
+  ``concurrency`` backend calls at once and identical reads made once; one call's
+  invalid operation or failed read or write fails that call only.
+- **TTL** (``supports_ttl``): ``put(..., ttl=minutes)``, or the store's
+  ``ttl={"default_ttl", "refresh_on_read", "sweep_interval_minutes"}``, sets the
+  fact's ``expires_at``; the minutes are kept in the item's JSON (``"ttl"``), so a
+  read with ``refresh_ttl`` (default: the config's ``refresh_on_read``, else true)
+  moves ``expires_at`` to that many minutes from now, without a new version. An
+  item past its ``expires_at`` is never returned (nor listed), and popagent's
+  maintenance removes it (its last value kept as a version), as does the store's
+  sweeper (``start_ttl_sweeper``). Expiry shows in the GUI and CLI as any fact's.
+- **index=** (``popagent.adapters.langgraph_index``): with the store's ``index=``
+  config, a put embeds the config's ``fields`` (or the put's own ``index=[paths]``)
+  with the caller's model and keeps the vectors in popagent's vector table under a
+  model name of their own; ``index=False`` stores the item without vectors.
+  ``search(prefix, query=...)`` then ranks every item in scope, after ``filter``, by
+  that model's similarity (the best field's; ``SearchItem.score`` as LangGraph's
+  stores report it); items without vectors follow every scored one, with no
+  score, as ``InMemoryStore`` lists them.
+- Without ``index=``, ``search`` with a ``query`` is popagent's recall (lexical,
+  or fused with vectors when the memory has an embedder), limited to the
+  namespace prefix and ``filter``; ``SearchItem.score`` is recall's score, and an
+  item sharing nothing with the query may be missing. A put's ``index=`` is then
+  ignored, as LangGraph's stores ignore it without an index config.
+- A blank query (``""``) is no query: the items newest first, as without one.
+  ``filter`` matches values like ``InMemoryStore`` (equality, nested objects,
+  ``$eq $ne $gt $gte $lt $lte``; a dotted key that is not a key of the value names
+  a nested field). ``updated_at`` moves when a put changes the value.
+- Listing (search without a query or with ``index=``, ``list_namespaces``) pages
+  through the resource's facts, at most ``scan_limit`` of them (default 100,000;
+  more is a ``ValidationError`` naming ``scan_limit``).
+- Vectors and TTL refresh need the backend to keep them (``StoreBackend``: an
+  in-process ``LocalBackend``); on another backend ``index=`` and TTL raise
+  ``NotImplementedError`` before anything is written.
 
 Every store operation is hooked and audited as a call named ``store.get``,
 ``store.put``, ``store.delete``, ``store.search`` or ``store.list_namespaces``
@@ -81,13 +79,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
-import re
-import unicodedata
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 try:
@@ -95,6 +91,7 @@ try:
         NOT_PROVIDED,
         BaseStore,
         GetOp,
+        IndexConfig,
         InvalidNamespaceError,
         Item,
         ListNamespacesOp,
@@ -106,6 +103,7 @@ try:
         Result,
         SearchItem,
         SearchOp,
+        TTLConfig,
         validate_op_namespace,
     )
 except ImportError as exc:  # pragma: no cover - exercised by the import test in a subprocess
@@ -115,18 +113,31 @@ except ImportError as exc:  # pragma: no cover - exercised by the import test in
 
 from ..agent.hooks import Hook
 from ..agent.tools import ToolOutcome
-from ..checks import strip_blank
 from ..errors import NotFoundError, ValidationError
-from ..memory.validation import (
-    FACT_CONTENT_CAP,
-    check_importance,
-    normalize_fact_content,
-    normalize_key,
-)
-from ..models import Memory, MemoryFilter
+from ..memory.validation import check_importance, normalize_key
+from ..models import MemoryFilter
 from ..root import Popagent
-from .backend import MemoryBackend
+from . import sweeper
+from .backend import MemoryBackend, StoreBackend
+from .batching import Queue, Request, gated, settled
 from .langchain import memory_tools
+from .langgraph_index import StoreIndex
+from .langgraph_items import (
+    DEFAULT_PREFIX,
+    DIGEST_CHARS,
+    Decoded,
+    check_count,
+    check_ttl,
+    check_ttl_config,
+    decode_fact,
+    decode_item,
+    encode_item,
+    fact_key,
+    filtered,
+    live,
+    matches,
+    prefix_pattern,
+)
 from .toolkit import LoopBridge, MemoryToolkit, as_backend
 
 __all__ = [
@@ -139,275 +150,38 @@ __all__ = [
     "memory_tools",
 ]
 
-DEFAULT_PREFIX = "langgraph:"
 SCAN_LIMIT = 100_000
-DIGEST_CHARS = 40
 #: Facts per ``MemoryBackend.list`` page while scanning (popagent's list cap).
 PAGE = 1_000
 #: Recall's own cap on ``limit``.
 RECALL_CAP = 1_000
 #: Backend calls one store makes at once on an event loop (each borrows a pooled connection).
 CONCURRENCY = 4
+#: The sweeper's interval when neither the call nor the TTL config names one.
+SWEEP_MINUTES = 5.0
 
-INDEX_REFUSAL = (
-    "index= is not supported by PopagentStore: popagent indexes the whole item, lexically "
-    "and with the memory's embedder (popagent.connect(embedder=...)); leave index as None"
+NEEDS_STORE_BACKEND = (
+    "{what} needs a backend that keeps a store's vectors and extends expiry "
+    "(popagent.adapters.backend.StoreBackend: an in-process LocalBackend, "
+    "PopagentStore(app, resource_id)); this backend is a {backend}"
 )
-TTL_REFUSAL = (
-    "TTL is not supported by PopagentStore; popagent keeps facts until they are deleted. "
-    "Use ttl=None."
-)
-
-_WHITESPACE = re.compile(r"\s+")
-_COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
-
-
-# --- the item <-> fact mapping ----------------------------------------------------------
-
-
-def fact_key(prefix: str, namespace: Sequence[str], key: str) -> str:
-    """The popagent fact key of the item ``(namespace, key)``: prefix + 40 hex digits."""
-    ident = json.dumps([list(namespace), key], ensure_ascii=True, separators=(",", ":"))
-    return prefix + hashlib.sha256(ident.encode("ascii")).hexdigest()[:DIGEST_CHARS]
-
-
-def _json(obj: object, *, ascii: bool) -> str:
-    """Compact JSON that popagent's normalization leaves as it is (NFC aside)."""
-    text = json.dumps(obj, ensure_ascii=ascii, separators=(",", ":"), allow_nan=False)
-    out: list[str] = []
-    prev = ""
-    for ch in text:
-        # Outside strings compact JSON has no whitespace, so every space is in one.
-        if (ch.isspace() and (ch != " " or prev == " ")) or unicodedata.category(ch) == "Cs":
-            out.append(f"\\u{ord(ch):04x}")
-            prev = ""
-        else:
-            out.append(ch)
-            prev = ch
-    return "".join(out)
-
-
-def _plain(value: object, field: str) -> Any:
-    """``value`` checked as JSON: objects with string keys, lists, strings, finite numbers,
-    booleans and null (tuples are lists, as JSON has it)."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValidationError(field, "must hold only finite numbers (JSON has no NaN)")
-        return value
-    if isinstance(value, Mapping):
-        plain: dict[str, Any] = {}
-        for name, inner in value.items():
-            if not isinstance(name, str):
-                raise ValidationError(
-                    field, f"object keys must be strings, not {type(name).__name__}"
-                )
-            plain[name] = _plain(inner, field)
-        return plain
-    if isinstance(value, list | tuple):
-        return [_plain(inner, field) for inner in value]
-    raise ValidationError(field, f"must be JSON: {type(value).__name__} is not")
-
-
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for inner in value.values():
-            yield from _strings(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _strings(inner)
-
-
-def encode_item(namespace: Sequence[str], key: str, value: Mapping[str, Any]) -> str:
-    """The fact content of an item (see the module doc); ``ValidationError`` when it cannot fit.
-
-    ``decode`` of the result gives back exactly ``(namespace, key, value)``.
-    """
-    if not isinstance(key, str):
-        raise ValidationError("key", f"must be a string, not {type(key).__name__}")
-    if not isinstance(value, Mapping):
-        raise ValidationError("value", f"must be a JSON object, not {type(value).__name__}")
-    plain = _plain(value, "value")
-    for ascii in (False, True):
-        body = (
-            '{"namespace":'
-            + _json(list(namespace), ascii=ascii)
-            + ',"key":'
-            + _json(key, ascii=ascii)
-            + ',"value":'
-            + _json(plain, ascii=ascii)
-            + "}"
-        )
-        if ascii or unicodedata.is_normalized("NFC", body):
-            break
-    if len(body) > FACT_CONTENT_CAP:
-        raise ValidationError(
-            "value",
-            f"the item (namespace, key and value as JSON) takes {len(body)} characters; "
-            f"a popagent fact holds at most {FACT_CONTENT_CAP}",
-        )
-    # Words the escapes glue together or hide (newlines, tabs, non-NFC text in ASCII
-    # escapes), as plain text after the JSON, for recall only.
-    hidden = [
-        strip_blank(_WHITESPACE.sub(" ", unicodedata.normalize("NFC", s)))
-        for s in _strings(plain)
-        if _json(s, ascii=ascii)[1:-1] != s
-    ]
-    tail = " ".join(h for h in hidden if h)[: max(0, FACT_CONTENT_CAP - len(body) - 1)]
-    content = f"{body} {tail}" if tail.strip() else body
-    try:
-        normalized = normalize_fact_content(content, "value")
-    except ValidationError as exc:
-        if exc.field != "value" or content == body:
-            raise
-        normalized = normalize_fact_content(body, "value")
-    if not normalized.startswith(body):
-        normalized = normalize_fact_content(body, "value")
-    if not normalized.startswith(body):  # pragma: no cover - the escapes above prevent it
-        raise ValidationError("value", "cannot be stored exactly as a popagent fact")
-    return normalized
-
-
-def decode_fact(prefix: str, memory: Memory) -> tuple[tuple[str, ...], str, dict[str, Any]] | None:
-    """``(namespace, key, value)`` of a fact this mapping wrote under ``prefix``, else ``None``
-    (another fact of the resource, an episode, or a fact whose key does not match its item)."""
-    if memory.kind != "fact" or memory.key is None or not memory.key.startswith(prefix):
-        return None
-    try:
-        parsed, _end = json.JSONDecoder().raw_decode(memory.content)
-    except ValueError:
-        return None
-    if not isinstance(parsed, dict) or set(parsed) != {"namespace", "key", "value"}:
-        return None
-    namespace, key, value = parsed["namespace"], parsed["key"], parsed["value"]
-    if (
-        not isinstance(namespace, list)
-        or not all(isinstance(label, str) for label in namespace)
-        or not isinstance(key, str)
-        or not isinstance(value, dict)
-        or fact_key(prefix, namespace, key) != memory.key
-    ):
-        return None
-    return tuple(namespace), key, value
-
-
-def _prefix_pattern(namespace_prefix: tuple[str, ...]) -> str | None:
-    """Text every item under ``namespace_prefix`` holds, to narrow a scan; ``None`` when the
-    labels' encoding depends on the rest of the item."""
-    if not namespace_prefix:
-        return None
-    readable = _json(list(namespace_prefix), ascii=False)
-    if readable != _json(list(namespace_prefix), ascii=True):
-        return None
-    return '"namespace":' + readable[:-1]
-
-
-# --- filters and namespace matching (InMemoryStore's rules) ------------------------------
-
-
-def _compare(item_value: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(name.startswith("$") for name in wanted):
-            return all(_operator(item_value, op, arg) for op, arg in wanted.items())
-        if not isinstance(item_value, dict):
-            return False
-        return all(_compare(item_value.get(name), inner) for name, inner in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(item_value, list | tuple)
-            and len(item_value) == len(wanted)
-            and all(_compare(a, b) for a, b in zip(item_value, wanted, strict=True))
-        )
-    return bool(item_value == wanted)
-
-
-def _operator(value: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return bool(value == arg)
-    if op == "$ne":
-        return bool(value != arg)
-    if op not in _COMPARISONS:
-        raise ValidationError("filter", f"unsupported operator {op!r} (use one of {_COMPARISONS})")
-    try:
-        left, right = float(value), float(arg)
-    except (TypeError, ValueError):
-        return False
-    if op == "$gt":
-        return left > right
-    if op == "$gte":
-        return left >= right
-    if op == "$lt":
-        return left < right
-    return left <= right
-
-
-_MISSING = object()
-
-
-def _field(value: dict[str, Any], name: str) -> Any:
-    """``value[name]``; else, for a dotted name, the nested field it names
-    (``"user.level"``, as LangGraph's SQL stores read filter keys); else ``None``."""
-    if name in value:
-        return value[name]
-    found: Any = value
-    for part in name.split(".") if "." in name else ():
-        found = found.get(part, _MISSING) if isinstance(found, dict) else _MISSING
-        if found is _MISSING:
-            return None
-    return None if found is value else found
-
-
-def _filtered(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
-    return not filter or all(_compare(_field(value, name), want) for name, want in filter.items())
-
-
-def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "prefix":
-        pairs = zip(namespace, path, strict=False)
-    elif condition.match_type == "suffix":
-        pairs = zip(reversed(namespace), reversed(path), strict=False)
-    else:
-        raise ValidationError(
-            "match_type", f"must be 'prefix' or 'suffix', not {condition.match_type!r}"
-        )
-    return all(want == "*" or have == want for have, want in pairs)
-
-
-def _count(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(field, "must be an integer >= 0")
-    return value
 
 
 # --- the store ---------------------------------------------------------------------------
 
 
-#: One item found by a scan: its fact, namespace, key and value.
-_Found = tuple[Memory, tuple[str, ...], str, dict[str, Any]]
 #: The scans of one batch, by namespace prefix, shared by the reads that need them.
-_Scans = dict[tuple[str, ...], "asyncio.Future[list[_Found]]"]
+_Scans = dict[tuple[str, ...], "asyncio.Future[list[Decoded]]"]
 
 
-@dataclass(eq=False)
-class _Request:
-    """One call's operations waiting in a store's queue, and where its results go."""
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One put, checked: the fact's content, its TTL in minutes, and the texts to
+    embed (``None``: the store has no index; empty: no vectors)."""
 
-    ops: list[Op]
-    done: asyncio.Future[list[Result]]
-
-
-@dataclass(eq=False)
-class _Queue:
-    """A store's queue on one event loop, and the task serving it."""
-
-    waiting: list[_Request] = field(default_factory=list)
-    task: asyncio.Task[None] | None = None
+    content: str
+    ttl: float | None
+    texts: list[str] | None
 
 
 @dataclass(eq=False)
@@ -416,7 +190,7 @@ class _Plan:
 
     ops: list[Op]
     reads: list[tuple[int, GetOp | SearchOp | ListNamespacesOp]]
-    writes: dict[tuple[tuple[str, ...], str], str | None]
+    writes: dict[tuple[tuple[str, ...], str], _Write | None]
     results: list[Result]
     failed: BaseException | None = None
 
@@ -426,7 +200,7 @@ def _read_key(op: GetOp | SearchOp | ListNamespacesOp) -> tuple[Any, ...] | None
     when the op cannot be compared so (a filter that is not JSON)."""
     try:
         if isinstance(op, GetOp):
-            return ("get", tuple(op.namespace), op.key)
+            return ("get", tuple(op.namespace), op.key, op.refresh_ttl)
         if isinstance(op, SearchOp):
             return (
                 "search",
@@ -435,33 +209,12 @@ def _read_key(op: GetOp | SearchOp | ListNamespacesOp) -> tuple[Any, ...] | None
                 op.limit,
                 op.offset,
                 op.query,
+                op.refresh_ttl,
             )
         conditions = tuple((c.match_type, tuple(c.path)) for c in (op.match_conditions or ()))
         return ("list", conditions, op.max_depth, op.limit, op.offset)
     except (TypeError, ValueError):
         return None
-
-
-def _gated(gate: asyncio.Semaphore, work: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
-    """``work()`` as a task that runs once ``gate`` lets it."""
-
-    async def run() -> Any:
-        async with gate:
-            return await work()
-
-    return asyncio.ensure_future(run())
-
-
-async def _settled(tasks: list[asyncio.Future[Any]]) -> None:
-    """Wait until every task is done; when this wait is cancelled, so are they."""
-    if not tasks:
-        return
-    try:
-        await asyncio.wait(tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        raise
 
 
 def _check_put_namespace(namespace: tuple[str, ...]) -> None:
@@ -485,14 +238,15 @@ class PopagentStore(BaseStore):
     ``importance`` is given to every item's fact. ``hooks`` default to an
     ``AuditHook`` for an in-process backend; ``session_id`` is the audit session.
     ``concurrency`` bounds the backend calls the store makes at once on an
-    event loop. ``index`` and ``ttl`` exist to refuse LangGraph's embedding
-    and TTL configs with a clear ``NotImplementedError`` (module doc).
+    event loop. ``index`` is LangGraph's ``IndexConfig`` (the caller's
+    embeddings, ``popagent.adapters.langgraph_index``) and ``ttl`` its
+    ``TTLConfig``; both need a ``StoreBackend`` (module doc).
 
     A local backend's event loop is its pool's; for a remote one, make the
     store inside the event loop that owns its client (or pass ``loop``).
     """
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -506,13 +260,9 @@ class PopagentStore(BaseStore):
         session_id: str | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         concurrency: int = CONCURRENCY,
-        index: object = None,
-        ttl: object = None,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
     ) -> None:
-        if index is not None:
-            raise NotImplementedError(INDEX_REFUSAL)
-        if ttl is not None:
-            raise NotImplementedError(TTL_REFUSAL)
         self.backend = as_backend(backend, resource_id, origin="langgraph")
         checked = normalize_key(prefix + "0" * DIGEST_CHARS, "prefix")
         if checked != prefix + "0" * DIGEST_CHARS or len(prefix) > 64:
@@ -520,6 +270,15 @@ class PopagentStore(BaseStore):
                 "prefix", "must be lower case, at most 64 characters, without whitespace"
             )
         self.prefix = prefix
+        self.ttl_config: TTLConfig | None = check_ttl_config(ttl)  # type: ignore[assignment]
+        self.index = None if index is None else StoreIndex.of(index, prefix)
+        #: The ``index=`` config as given (LangGraph's stores expose it so).
+        self.index_config: dict[str, Any] | None = None if self.index is None else self.index.config
+        #: The index's LangChain ``Embeddings`` (LangGraph's stores expose it so), else None.
+        self.embeddings: Any = None if self.index is None else self.index.embeddings
+        if self.index is not None:
+            self._store_backend("index=")
+        self._sweeper: sweeper.Sweeper | None = None
         self.importance = check_importance(importance)
         if isinstance(scan_limit, bool) or not isinstance(scan_limit, int) or scan_limit < 1:
             raise ValidationError("scan_limit", "must be a positive integer")
@@ -529,9 +288,53 @@ class PopagentStore(BaseStore):
         self.concurrency = concurrency
         self.toolkit = MemoryToolkit(self.backend, hooks=hooks, session_id=session_id)
         self._bridge = LoopBridge.of(self.backend, loop)
-        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Queue[Op, Result]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _store_backend(self, what: str) -> StoreBackend:
+        """The backend, where it keeps vectors and extends expiry; else the refusal."""
+        if not isinstance(self.backend, StoreBackend):
+            raise NotImplementedError(
+                NEEDS_STORE_BACKEND.format(what=what, backend=type(self.backend).__name__)
+            )
+        return self.backend
+
+    # --- TTL: the sweeper ---
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> sweeper.Sweeper:
+        """Run popagent's maintenance of this resource every ``sweep_interval_minutes``
+        (default: the TTL config's ``sweep_interval_minutes``, else 5) on the backend's
+        event loop, so expired items are removed (reads never return them anyway).
+        Returns a concurrent future, done once ``stop_ttl_sweeper`` stops it, that
+        ``await`` also accepts (as LangGraph's async stores' is awaited); callable from
+        any thread. A second call while one runs returns the running one."""
+        backend = self._store_backend("the TTL sweeper")
+        if self._sweeper is not None and not self._sweeper.done():
+            return self._sweeper
+        minutes = check_ttl(
+            sweep_interval_minutes
+            or (self.ttl_config or {}).get("sweep_interval_minutes")
+            or SWEEP_MINUTES
+        )
+        loop = self._bridge.loop
+        if loop is None:
+            raise RuntimeError("the sweeper needs popagent's event loop; make the store in it")
+        self._sweeper = sweeper.start(loop, backend.maintain, 60 * (minutes or SWEEP_MINUTES))
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> sweeper.Stopped:
+        """Stop the sweeper; true once it has stopped (or none ran), and awaitable to
+        that bool. From a thread other than the event loop's it waits up to
+        ``timeout`` seconds for the sweeper to end."""
+        running, self._sweeper = self._sweeper, None
+        return sweeper.stop(running, self._bridge.loop, timeout)
+
+    async def asweep_ttl(self) -> int:
+        """One sweep now: popagent's maintenance of this resource; how many expired
+        facts it removed."""
+        report = await self._bridge.arun(self._store_backend("the TTL sweeper").maintain())
+        return report.expired_facts
 
     # --- LangGraph's entry points: every call joins the queue ---
 
@@ -546,7 +349,8 @@ class PopagentStore(BaseStore):
         self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
     ) -> Item | None:
         validate_op_namespace(GetOp(namespace, ""))
-        item: Item | None = (await self.abatch([GetOp(namespace, str(key))]))[0]  # type: ignore[assignment]
+        op = GetOp(namespace, str(key), self._refresh(refresh_ttl))
+        item: Item | None = (await self.abatch([op]))[0]  # type: ignore[assignment]
         return item
 
     async def asearch(
@@ -560,7 +364,7 @@ class PopagentStore(BaseStore):
         offset: int = 0,
         refresh_ttl: bool | None = None,
     ) -> list[SearchItem]:
-        op = SearchOp(namespace_prefix, filter, limit, offset, query)
+        op = SearchOp(namespace_prefix, filter, limit, offset, query, self._refresh(refresh_ttl))
         validate_op_namespace(op)
         found: list[SearchItem] = (await self.abatch([op]))[0]  # type: ignore[assignment]
         return found
@@ -575,9 +379,9 @@ class PopagentStore(BaseStore):
         ttl: float | NotProvided | None = NOT_PROVIDED,
     ) -> None:
         _check_put_namespace(namespace)
-        if ttl not in (NOT_PROVIDED, None):
-            raise NotImplementedError(TTL_REFUSAL)
-        await self.abatch([PutOp(namespace, str(key), value, index=index)])
+        if ttl is NOT_PROVIDED:
+            ttl = (self.ttl_config or {}).get("default_ttl")
+        await self.abatch([PutOp(namespace, str(key), value, index=index, ttl=ttl)])  # type: ignore[arg-type]
 
     async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
         validate_op_namespace(GetOp(namespace, ""))
@@ -604,6 +408,13 @@ class PopagentStore(BaseStore):
         names: list[tuple[str, ...]] = (await self.abatch([op]))[0]  # type: ignore[assignment]
         return names
 
+    def _refresh(self, refresh_ttl: bool | None) -> bool:
+        """A read's ``refresh_ttl``: as given, else the config's ``refresh_on_read``
+        (LangGraph's default: true)."""
+        if refresh_ttl is not None:
+            return bool(refresh_ttl)
+        return bool((self.ttl_config or {}).get("refresh_on_read", True))
+
     # --- the queue ---
 
     async def _enqueue(self, ops: Iterable[Op]) -> list[Result]:
@@ -611,14 +422,14 @@ class PopagentStore(BaseStore):
         loop = asyncio.get_running_loop()
         queue = self._queues.get(loop)
         if queue is None:
-            queue = self._queues[loop] = _Queue()
-        request = _Request(list(ops), loop.create_future())
+            queue = self._queues[loop] = Queue()
+        request = Request(list(ops), loop.create_future())
         queue.waiting.append(request)
         if queue.task is None or queue.task.done():
             queue.task = loop.create_task(self._serve(queue))
         return await request.done
 
-    async def _serve(self, queue: _Queue) -> None:
+    async def _serve(self, queue: Queue[Op, Result]) -> None:
         """Serve the queue, one merged batch of every call waiting at a time, until empty."""
         while queue.waiting:
             batch = [r for r in queue.waiting if not r.done.done()]  # not cancelled
@@ -643,26 +454,39 @@ class PopagentStore(BaseStore):
     def _plan(self, ops: list[Op]) -> _Plan:
         """Check one call's operations (every one, before anything runs)."""
         reads: list[tuple[int, GetOp | SearchOp | ListNamespacesOp]] = []
-        writes: dict[tuple[tuple[str, ...], str], str | None] = {}
+        writes: dict[tuple[tuple[str, ...], str], _Write | None] = {}
         for i, op in enumerate(ops):
             if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
                 raise ValueError(f"Unknown operation type: {type(op)}")
             validate_op_namespace(op)
             if isinstance(op, SearchOp | ListNamespacesOp):
-                _count(op.limit, "limit")
-                _count(op.offset, "offset")
+                check_count(op.limit, "limit")
+                check_count(op.offset, "offset")
             if isinstance(op, PutOp):
-                if op.ttl is not None:
-                    raise NotImplementedError(TTL_REFUSAL)
-                if op.index is not None and op.value is not None:
-                    raise NotImplementedError(INDEX_REFUSAL)
                 namespace = tuple(op.namespace)
-                content = None if op.value is None else encode_item(namespace, op.key, op.value)
                 writes.pop((namespace, op.key), None)  # the last put of an item wins
-                writes[(namespace, op.key)] = content
+                writes[(namespace, op.key)] = None if op.value is None else self._write(op)
             else:
                 reads.append((i, op))
         return _Plan(ops, reads, writes, [None] * len(ops))
+
+    def _write(self, op: PutOp) -> _Write:
+        """A put's content, TTL and texts to embed, checked."""
+        assert op.value is not None
+        ttl = check_ttl(op.ttl)
+        if ttl is not None:
+            self._store_backend("ttl=")
+        texts = None
+        if self.index is not None and op.index is not False:
+            if op.index is not None and (
+                isinstance(op.index, str) or not isinstance(op.index, list | tuple)
+            ):
+                raise ValidationError("index", "must be False, None or a list of JSON paths")
+            texts = self.index.texts(op.value, op.index)
+        elif self.index is not None:
+            texts = []
+        content = encode_item(tuple(op.namespace), op.key, op.value, ttl)
+        return _Write(content, ttl, texts)
 
     async def _execute(self, requests: list[list[Op]]) -> list[list[Result] | BaseException]:
         """Run the calls ``requests`` as one batch: every read first (identical ones once),
@@ -698,9 +522,9 @@ class PopagentStore(BaseStore):
             for i, op in plan.reads:
                 key = _read_key(op) or ("unique", id(op))
                 if key not in readers:
-                    readers[key] = (_gated(gate, self._reader(op, calls, scans)), [])
+                    readers[key] = (gated(gate, self._reader(op, calls, scans)), [])
                 readers[key][1].append((plan, i))
-        await _settled([reader for reader, _users in readers.values()])
+        await settled([reader for reader, _users in readers.values()])
         for reader, askers in readers.values():
             error = reader.exception()
             for plan, i in askers:
@@ -715,18 +539,18 @@ class PopagentStore(BaseStore):
     ) -> None:
         """The last put of each item among the calls still standing; a failed write fails
         every call that put the item."""
-        writes: dict[tuple[tuple[str, ...], str], tuple[str | None, list[_Plan]]] = {}
+        writes: dict[tuple[tuple[str, ...], str], tuple[_Write | None, list[_Plan]]] = {}
         for plan in plans:
             if plan.failed is not None:
                 continue
-            for item, content in plan.writes.items():
+            for item, write in plan.writes.items():
                 _replaced, putters = writes.pop(item, (None, []))
-                writes[item] = (content, [*putters, plan])
+                writes[item] = (write, [*putters, plan])
         writers = [
-            (_gated(gate, self._writer(ns, key, content, calls)), putters)
-            for (ns, key), (content, putters) in writes.items()
+            (gated(gate, self._writer(ns, key, write, calls)), putters)
+            for (ns, key), (write, putters) in writes.items()
         ]
-        await _settled([writer for writer, _putters in writers])
+        await settled([writer for writer, _putters in writers])
         for writer, putters in writers:
             error = writer.exception()
             if error is not None:
@@ -752,16 +576,16 @@ class PopagentStore(BaseStore):
         )
 
     def _writer(
-        self, namespace: tuple[str, ...], key: str, content: str | None, calls: list[str]
+        self, namespace: tuple[str, ...], key: str, write: _Write | None, calls: list[str]
     ) -> Callable[[], Awaitable[Any]]:
-        if content is None:
+        if write is None:
             arguments: dict[str, Any] = {"namespace": namespace, "key": key}
             return lambda: self._audited(
                 "store.delete", arguments, self._delete(namespace, key), calls
             )
-        arguments = {"namespace": namespace, "key": key, "value": content}
+        arguments = {"namespace": namespace, "key": key, "value": write.content}
         return lambda: self._audited(
-            "store.put", arguments, self._put(namespace, key, content), calls
+            "store.put", arguments, self._put(namespace, key, write), calls
         )
 
     # --- the operations ---
@@ -786,44 +610,60 @@ class PopagentStore(BaseStore):
         )
         return box[0]
 
-    async def _fact(
-        self, namespace: tuple[str, ...], key: str
-    ) -> tuple[Memory, dict[str, Any]] | None:
+    async def _fact(self, namespace: tuple[str, ...], key: str) -> Decoded | None:
+        """The item's fact, expired or not."""
         where = MemoryFilter(kind="fact", key=fact_key(self.prefix, namespace, key), limit=1)
-        facts = await self.backend.list(where)
-        for memory in facts:
-            decoded = decode_fact(self.prefix, memory)
-            if decoded is not None and decoded[0] == namespace and decoded[1] == key:
-                return memory, decoded[2]
+        for memory in await self.backend.list(where):
+            item = decode_item(self.prefix, memory)
+            if item is not None and item.namespace == namespace and item.key == key:
+                return item
         return None
 
+    async def _refreshed(self, items: Sequence[Decoded], refresh: bool) -> None:
+        """Extend the TTL of the items read that have one, when the read asks."""
+        minutes = {i.memory.id: i.ttl for i in items if i.ttl is not None}
+        if refresh and minutes:
+            await self._store_backend("refresh_ttl").extend_expiry(minutes)
+
     async def _get(self, op: GetOp) -> Item | None:
-        namespace = tuple(op.namespace)
-        found = await self._fact(namespace, op.key)
-        if found is None:
+        found = await self._fact(tuple(op.namespace), op.key)
+        if found is None or not live(found.memory, datetime.now(UTC)):
             return None
-        memory, value = found
+        await self._refreshed([found], op.refresh_ttl)
         return Item(
-            value=value,
-            key=op.key,
-            namespace=namespace,
-            created_at=memory.created_at,
-            updated_at=memory.updated_at,
+            value=found.value,
+            key=found.key,
+            namespace=found.namespace,
+            created_at=found.memory.created_at,
+            updated_at=found.memory.updated_at,
         )
 
-    async def _put(self, namespace: tuple[str, ...], key: str, content: str) -> None:
-        await self.backend.remember(
-            content, key=fact_key(self.prefix, namespace, key), importance=self.importance
+    async def _put(self, namespace: tuple[str, ...], key: str, write: _Write) -> None:
+        # Embedded first: a model that fails leaves the item as it was.
+        vectors = None
+        if self.index is not None and write.texts is not None:
+            vectors = await self.index.embed_documents(write.texts)
+        expires_at = None
+        if write.ttl is not None:
+            expires_at = datetime.now(UTC) + timedelta(minutes=write.ttl)
+        result = await self.backend.remember(
+            write.content,
+            key=fact_key(self.prefix, namespace, key),
+            importance=self.importance,
+            expires_at=expires_at,
         )
+        if self.index is not None and vectors is not None:
+            backend = self._store_backend("index=")
+            await backend.write_vectors(result.memory, self.index.model, vectors)
 
     async def _delete(self, namespace: tuple[str, ...], key: str) -> None:
         found = await self._fact(namespace, key)
         if found is None:
             return
         with contextlib.suppress(NotFoundError):  # deleted meanwhile: the outcome asked for
-            await self.backend.delete(found[0].id)
+            await self.backend.delete(found.memory.id)
 
-    async def _scan_once(self, namespace_prefix: tuple[str, ...], scans: _Scans) -> list[_Found]:
+    async def _scan_once(self, namespace_prefix: tuple[str, ...], scans: _Scans) -> list[Decoded]:
         """``_scan`` made once per batch for every read that needs it."""
         scan = scans.get(namespace_prefix)
         if scan is None:
@@ -831,11 +671,12 @@ class PopagentStore(BaseStore):
         # Shielded: one reader's cancellation must not end the others' scan.
         return await asyncio.shield(scan)
 
-    async def _scan(self, namespace_prefix: tuple[str, ...]) -> list[_Found]:
-        """This store's items under ``namespace_prefix``, newest first."""
-        pattern = _prefix_pattern(namespace_prefix)
-        found: list[_Found] = []
+    async def _scan(self, namespace_prefix: tuple[str, ...]) -> list[Decoded]:
+        """This store's live items under ``namespace_prefix``, newest first."""
+        pattern = prefix_pattern(namespace_prefix)
+        found: list[Decoded] = []
         offset = 0
+        now = datetime.now(UTC)
         while True:
             if offset >= self.scan_limit:
                 raise ValidationError(
@@ -848,9 +689,13 @@ class PopagentStore(BaseStore):
                 MemoryFilter(kind="fact", text=pattern, limit=limit, offset=offset)
             )
             for memory in page:
-                decoded = decode_fact(self.prefix, memory)
-                if decoded is not None and decoded[0][: len(namespace_prefix)] == namespace_prefix:
-                    found.append((memory, *decoded))
+                item = decode_item(self.prefix, memory)
+                if (
+                    item is not None
+                    and item.namespace[: len(namespace_prefix)] == namespace_prefix
+                    and live(memory, now)
+                ):
+                    found.append(item)
             if len(page) < PAGE:
                 return found
             offset += len(page)
@@ -860,38 +705,69 @@ class PopagentStore(BaseStore):
         want = op.offset + op.limit
         if op.limit == 0:
             return []
-        hits: list[tuple[Memory, tuple[str, ...], str, dict[str, Any], float | None]]
+        hits: list[tuple[Decoded, float | None]]
         if op.query is None or not op.query.strip():  # a blank query is no query
             hits = [
-                (memory, ns, key, value, None)
-                for memory, ns, key, value in await self._scan_once(prefix, scans)
-                if _filtered(value, op.filter)
+                (item, None)
+                for item in await self._scan_once(prefix, scans)
+                if filtered(item.value, op.filter)
             ]
+        elif self.index is not None:
+            hits = await self._ranked(op, scans)
         else:
-            size = min(RECALL_CAP, max(4 * want, 32))
-            while True:
-                results = await self.backend.recall(op.query, limit=size)
-                hits = []
-                for result in results:
-                    decoded = decode_fact(self.prefix, result.memory)
-                    if decoded is None or decoded[0][: len(prefix)] != prefix:
-                        continue
-                    if _filtered(decoded[2], op.filter):
-                        hits.append((result.memory, *decoded, result.score))
-                if len(hits) >= want or len(results) < size or size == RECALL_CAP:
-                    break
-                size = RECALL_CAP
+            hits = await self._recalled(op, prefix, want)
+        page = hits[op.offset : want]
+        await self._refreshed([item for item, _score in page], op.refresh_ttl)
         return [
             SearchItem(
-                namespace=ns,
-                key=key,
-                value=value,
-                created_at=memory.created_at,
-                updated_at=memory.updated_at,
+                namespace=item.namespace,
+                key=item.key,
+                value=item.value,
+                created_at=item.memory.created_at,
+                updated_at=item.memory.updated_at,
                 score=score,
             )
-            for memory, ns, key, value, score in hits[op.offset : want]
+            for item, score in page
         ]
+
+    async def _ranked(self, op: SearchOp, scans: _Scans) -> list[tuple[Decoded, float | None]]:
+        """Every item in scope, after ``filter``: those with vectors nearest first by the
+        index's model (ties: newest first, as the scan lists them), then those without
+        (``index=False``, or no text at the fields), newest first with no score, as
+        ``InMemoryStore`` lists them."""
+        assert self.index is not None and op.query is not None
+        query = await self.index.embed_query(op.query)
+        items = [
+            item
+            for item in await self._scan_once(tuple(op.namespace_prefix), scans)
+            if filtered(item.value, op.filter)
+        ]
+        scores = await self._store_backend("index=").vector_scores(
+            self.index.model, query, self.index.distance, [item.memory.id for item in items]
+        )
+        scored = [(item, scores[item.memory.id]) for item in items if item.memory.id in scores]
+        scored.sort(key=lambda pair: pair[1], reverse=True)  # stable: newest first on ties
+        unscored = [(item, None) for item in items if item.memory.id not in scores]
+        return [*scored, *unscored]
+
+    async def _recalled(
+        self, op: SearchOp, prefix: tuple[str, ...], want: int
+    ) -> list[tuple[Decoded, float | None]]:
+        """popagent's recall, limited to the namespace prefix and ``filter``."""
+        assert op.query is not None
+        size = min(RECALL_CAP, max(4 * want, 32))
+        while True:
+            results = await self.backend.recall(op.query, limit=size)
+            hits: list[tuple[Decoded, float | None]] = []
+            for result in results:
+                item = decode_item(self.prefix, result.memory)
+                if item is None or item.namespace[: len(prefix)] != prefix:
+                    continue
+                if filtered(item.value, op.filter):
+                    hits.append((item, result.score))
+            if len(hits) >= want or len(results) < size or size == RECALL_CAP:
+                return hits
+            size = RECALL_CAP
 
     async def _list_namespaces(self, op: ListNamespacesOp, scans: _Scans) -> list[tuple[str, ...]]:
         conditions = tuple(op.match_conditions or ())
@@ -901,10 +777,10 @@ class PopagentStore(BaseStore):
             if condition.match_type == "prefix" and "*" not in condition.path:
                 narrow = tuple(condition.path)
                 break
-        seen = {ns for _memory, ns, _key, _value in await self._scan_once(narrow, scans)}
-        kept = [ns for ns in seen if all(_matches(c, ns) for c in conditions)]
+        seen = {item.namespace for item in await self._scan_once(narrow, scans)}
+        kept = [ns for ns in seen if all(matches(c, ns) for c in conditions)]
         if op.max_depth is not None:
-            depth = _count(op.max_depth, "max_depth")
+            depth = check_count(op.max_depth, "max_depth")
             names = sorted({ns[:depth] for ns in kept})
         else:
             names = sorted(kept)

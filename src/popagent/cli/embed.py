@@ -49,7 +49,11 @@ __all__ = ["embed_command"]
 @click.option("--all-resources", is_flag=True, help="Every resource, not just --resource-id.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Memories per commit.")
 @click.option("--max", "max_memories", type=int, help="Stop after this many (resume later).")
-@click.option("--prune", is_flag=True, help="Delete the same resources' vectors of other models.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete the same resources' vectors of other models (not a framework store's own).",
+)
 @click.pass_context
 def embed_command(
     ctx: click.Context,

@@ -24,6 +24,7 @@ stack of base classes: what a ``LongTermMemory`` can do is listed here, once.
 
 from __future__ import annotations
 
+from . import caller_vectors as _caller_vectors
 from . import derived as _derived
 from . import history as _history
 from . import manage as _manage
@@ -91,3 +92,9 @@ class LongTermMemory(MemoryBase):
     restore_fact = _history.restore_fact
     session_writes = _history.session_writes
     revert_session = _history.revert_session
+
+    # Vectors a caller made with its own model, and expiry a read extends
+    # (``memory.caller_vectors``, for framework stores such as LangGraph's).
+    write_caller_vectors = _caller_vectors.write_caller_vectors
+    caller_vector_scores = _caller_vectors.caller_vector_scores
+    extend_expiry = _caller_vectors.extend_expiry

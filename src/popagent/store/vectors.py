@@ -216,9 +216,12 @@ WHERE m.resource_id = ANY(%(resources)s::text[])
 
 ALL_RESOURCES = "SELECT DISTINCT resource_id FROM popagent_memories ORDER BY resource_id"
 
+# The vectors callers made with their own models (``store.caller_vectors``) stay:
+# popagent cannot remake them.
 DELETE_OTHER_MODELS = """
 DELETE FROM popagent_memory_embeddings
 WHERE resource_id = ANY(%(resources)s::text[]) AND model <> %(model)s
+  AND model NOT LIKE 'caller:%%'
 """
 
 
