@@ -36,7 +36,7 @@ from ..store import vectors as vector_store
 from .base import MemoryBase
 from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
-from .temporal import TimeWindow, query_window
+from .temporal import TimeWindow, recall_window
 from .validation import (
     check_id,
     check_limit,
@@ -160,7 +160,7 @@ async def _recall(
     limit = check_limit(limit)
     now = check_time("now", now) or datetime.now(UTC)
     mode = _check_mode(self, mode)
-    window = query_window(query, now) if self.weights.time > 0 else None
+    window = recall_window(query, now) if self.weights.time > 0 else None
     if self._worker is not None:
         # This process works on the resource: rows written elsewhere get vectors too.
         self._worker.notify(resource_id)
@@ -274,7 +274,7 @@ async def _lexical(
         weights=weights,
         window_start=window.start if window is not None else None,
         window_end=window.end if window is not None else None,
-        window_scale=max(window.days, 1.0) if window is not None else None,
+        window_scale=window.scale if window is not None else None,
     )
     async with self._pool.connection() as conn:
         rows = await LEXICAL_RECALL.rows(conn, resource_id, query, parameters, touch=touch)
