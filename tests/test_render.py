@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from popagent import HEADER, render
 from popagent.models import RecallResult
@@ -97,7 +97,9 @@ def day(y: int, m: int, d: int, h: int = 0) -> datetime:
 
 def test_each_memory_shows_when_it_was_said_and_when_it_happened() -> None:
     now = day(2023, 8, 3, 9)
-    episode = _dated(make_result(1, "episode", "User: dentist"), day(2023, 7, 30, 12), day(2023, 7, 28))
+    episode = _dated(
+        make_result(1, "episode", "User: dentist"), day(2023, 7, 30, 12), day(2023, 7, 28)
+    )
     block = render([episode], now=now)
     assert block.splitlines()[1] == (
         "- [episode, said 2023-07-30 (4 days ago), about 2023-07-28] User: dentist"

@@ -117,9 +117,7 @@ def _episode_rows(turns: list[EpisodeTurn]) -> list[store.EpisodeRow]:
         built = episode_content(turn.user_text, turn.assistant_text)
         if built is not None:
             event = event_params(_told(turn.user_text, created_at))
-            rows.append(
-                (session_id, built[0], sha256_hex(built[0]), created_at, *event.values())  # type: ignore[arg-type]
-            )
+            rows.append((session_id, built[0], sha256_hex(built[0]), created_at, *event.values()))
     return rows
 
 

@@ -414,10 +414,12 @@ SIGNALS: tuple[Signal, ...] = (
                          OR coalesce(s.happened_start, s.created_at) >= %(window_start)s)
                    THEN 1.0::float8
                WHEN coalesce(s.happened_end, s.created_at) <= %(window_start)s
-                   THEN {_halved("%(window_start)s - coalesce(s.happened_end, s.created_at)",
-                                 "%(window_scale)s")}
-               ELSE {_halved("coalesce(s.happened_start, s.created_at) - %(window_end)s",
-                             "%(window_scale)s")}
+                   THEN {
+            _halved("%(window_start)s - coalesce(s.happened_end, s.created_at)", "%(window_scale)s")
+        }
+               ELSE {
+            _halved("coalesce(s.happened_start, s.created_at) - %(window_end)s", "%(window_scale)s")
+        }
            END""",
         _time,
     ),

@@ -213,6 +213,8 @@ def _season(first: int, year: int) -> tuple[datetime, datetime]:
 
 
 Period = tuple[datetime, datetime, Precision | None]
+#: How many weeks, months or years back "this/next/last week" is (-1: ahead).
+_BACK = {"this": 0, "over the": 0, "next": -1, "the coming": -1, "the following": -1}
 
 
 def _period(text: str, now: datetime) -> Period | None:
@@ -223,7 +225,7 @@ def _period(text: str, now: datetime) -> Period | None:
         return None
 
 
-def _resolve(text: str, now: datetime) -> Period | None:  # noqa: C901, PLR0911, PLR0912
+def _resolve(text: str, now: datetime) -> Period | None:
     today = _day(now)
     week_start = today - timedelta(days=today.weekday())
     if m := re.fullmatch(_PART + "(.+)", text):
@@ -246,9 +248,7 @@ def _resolve(text: str, now: datetime) -> Period | None:  # noqa: C901, PLR0911,
     if m := re.fullmatch(rf"in ({_NUMBER_RE}) ({_UNIT_RE})", text):
         n, unit = _number(m[1]), m[2].rstrip("s")
         return *_units_back(now, -n, unit), _UNIT_PRECISION[unit]
-    if m := re.fullmatch(
-        rf"(?:in )?the (past|last|next|coming) ({_NUMBER_RE}) ({_UNIT_RE})", text
-    ):
+    if m := re.fullmatch(rf"(?:in )?the (past|last|next|coming) ({_NUMBER_RE}) ({_UNIT_RE})", text):
         n, unit = _number(m[2]), m[3].rstrip("s")
         span = timedelta(days={"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n)
         if m[1] in ("next", "coming"):
@@ -264,8 +264,7 @@ def _resolve(text: str, now: datetime) -> Period | None:  # noqa: C901, PLR0911,
         r"|the coming|the following) (week|month|year|weekend)",
         text,
     ):
-        back = {"this": 0, "over the": 0, "next": -1, "the coming": -1, "the following": -1}
-        n = back.get(m[2], 1)
+        n = _BACK.get(m[2], 1)
         if m[3] == "weekend":
             return *_weekend(now, n), "week"
         if m[3] == "year":
@@ -356,7 +355,8 @@ _PHRASE_BODY = rf"""(
           | (?:(?:last|this|next)\ )?(?:{_MONTH_RE})\.?(?:,?\ (?:of\ )?\d{{4}})?
           | (?:(?:last|this|next)\ )?(?:the\ )?(?:{_SEASON_RE})(?:,?\ (?:of\ )?\d{{4}})?
         )
-      | (?:in|of|during|since|before|after|until|from|between)\ \d{{4}}
+      # Not the year of a month ("2023-06") or of a date.
+      | (?:in|of|during|since|before|after|until|from|between)\ \d{{4}}(?!-\d{{2}}\b)
     )\b"""
 _PHRASE = re.compile(r"\b" + _PHRASE_BODY, re.VERBOSE)
 _YEAR_PREFIX = re.compile(r"^(?:in|of|during|since|before|after|until|from|between) (\d{4})$")
@@ -397,9 +397,12 @@ def _coarser(a: Precision | None, b: Precision | None) -> Precision | None:
     return a if PRECISIONS.index(a) >= PRECISIONS.index(b) else b
 
 
-def _range_end(text: str, at: int, first: str, now: datetime) -> tuple[int, Period] | None:
-    """The second end of a range whose first phrase ``first`` ends at ``at``, and
-    where it ends; the first without a year takes the second's ("May to July 2023")."""
+def _range_end(
+    text: str, at: int, first: str, period: Period, now: datetime
+) -> tuple[int, Period] | None:
+    """The range whose first phrase ``first`` (naming ``period``) ends at ``at``, and
+    where the range ends; ``None`` if no second end follows. A first end without a
+    year takes the second's ("May to July 2023")."""
     join = _RANGE_JOIN.match(text, at)
     if join is None:
         return None
@@ -407,15 +410,15 @@ def _range_end(text: str, at: int, first: str, now: datetime) -> tuple[int, Peri
     if second is None:
         return None
     phrase = _YEAR_PREFIX.sub(r"\1", second[1])
-    period = _period(phrase, now)
-    if period is None:
+    last = _period(phrase, now)
+    if last is None:
         return None
     year = _HAS_YEAR.search(phrase)
     if year is not None and not _HAS_YEAR.search(first):
-        earlier = _period(f"{first} {year[0]}", now)
-        if earlier is not None:
-            return second.end(), (earlier[0], period[1], _coarser(earlier[2], period[2]))
-    return second.end(), period
+        period = _period(f"{first} {year[0]}", now) or period
+    if last[1] <= period[0]:
+        return None
+    return second.end(), (period[0], last[1], _coarser(period[2], last[2]))
 
 
 def _phrases(text: str, now: datetime, strict: bool) -> Iterator[tuple[TimeWindow, str | None]]:
@@ -439,13 +442,13 @@ def _phrases(text: str, now: datetime, strict: bool) -> Iterator[tuple[TimeWindo
         period = _period(phrase, now)
         if period is None:
             continue
-        start, end, precision = period
         words = match[1]
         if _RANGE_START.search(head):
-            ranged = _range_end(text, match.end(), phrase, now)
-            if ranged is not None and ranged[1][1] > start:
-                end, precision = ranged[1][1], _coarser(precision, ranged[1][2])
+            ranged = _range_end(text, match.end(), phrase, period, now)
+            if ranged is not None:
+                period = ranged[1]
                 words = text[match.start() : ranged[0]]
+        start, end, precision = period
         relation = _RELATION.search(head)
         yield TimeWindow(start, end, words, precision), relation[1] if relation else None
 

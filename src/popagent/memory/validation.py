@@ -219,7 +219,8 @@ def check_happened_at(value: object, now: datetime) -> TimeWindow | None:
         return None
     if not isinstance(value, str) or is_blank(value) or len(value) > _HAPPENED_AT_CAP:
         raise ValidationError(
-            "happened_at", f"must be a date, a time or a time phrase of 1 to {_HAPPENED_AT_CAP} characters"
+            "happened_at",
+            f"must be a date, a time or a time phrase of 1 to {_HAPPENED_AT_CAP} characters",
         )
     window = given_window(value, now)
     if window is None:
