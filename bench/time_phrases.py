@@ -30,7 +30,15 @@ from popagent.memory.temporal import event_window
 
 ROOT = Path(__file__).resolve().parent
 PHRASES = ROOT / "time" / "phrases.tsv"
-LOCOMO = ROOT.parents[1] / "shared" / "benchdata" / "locomo10.json"
+# ``../shared`` beside the repository; a worktree under ``wt/`` finds it one level up.
+LOCOMO = (
+    next(
+        (p for p in (ROOT.parents[1] / "shared", ROOT.parents[2] / "shared") if p.is_dir()),
+        ROOT.parents[1] / "shared",
+    )
+    / "benchdata"
+    / "locomo10.json"
+)
 SAID = {
     "S": datetime(2023, 7, 30, 14, 0, tzinfo=UTC),
     "W": datetime(2023, 8, 16, 15, 0, tzinfo=UTC),

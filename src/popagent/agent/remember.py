@@ -28,6 +28,8 @@ from .tools import ToolContext, ToolOutcome
 
 __all__ = ["EXPIRES_AT_CHARS", "REMEMBER_SPEC", "RememberTool", "parse_expires_at"]
 
+#: The longest ``happened_at`` text the tool takes (``LongTermMemory.remember``'s limit).
+HAPPENED_AT_CHARS = 200
 #: The longest ``expires_at`` text the tool takes (an ISO 8601 time is about 32).
 EXPIRES_AT_CHARS = 64
 
@@ -76,6 +78,15 @@ REMEMBER_SPEC = ToolSpec(
                 ),
                 max_length=EXPIRES_AT_CHARS,
             ),
+            "happened_at": string_arg(
+                (
+                    "Optional: when what the fact tells happened, or since when it holds, "
+                    "e.g. '2023-07-28', '2021', 'spring 2021' or 'last Friday' (read against "
+                    "today). Give it when the user said when; leave it out otherwise (a time "
+                    "named in the content is read from it)."
+                ),
+                max_length=HAPPENED_AT_CHARS,
+            ),
         },
         ["content"],
     ),
@@ -102,7 +113,7 @@ def parse_expires_at(value: object) -> datetime | None:
 
 
 class RememberTool(SpecTool):
-    """``remember(content, key?, importance?, expires_at?)`` over the context's
+    """``remember(content, key?, importance?, expires_at?, happened_at?)`` over the context's
     ``LongTermMemory``, recording the context's provenance."""
 
     SPEC = REMEMBER_SPEC
@@ -116,6 +127,7 @@ class RememberTool(SpecTool):
                 importance=arguments.get("importance", 0.5),
                 session_id=ctx.session_id,
                 expires_at=parse_expires_at(arguments.get("expires_at")),
+                happened_at=arguments.get("happened_at"),
                 provenance=ctx.provenance,
             )
         except PopagentError as exc:
@@ -126,6 +138,9 @@ class RememberTool(SpecTool):
         where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")
         if fact.expires_at is not None:
             where += f", expiring {fact.expires_at.astimezone(UTC).isoformat()}"
+        if fact.happened_start is not None:
+            where += f", since {fact.happened_start.astimezone(UTC).date().isoformat()}"
+            where += f" ({fact.happened_precision})"
         if result.action == "created":
             text = f"Stored: created {where}: {fact.content}"
         elif result.action == "updated":

@@ -95,6 +95,11 @@ def _expires_at(value: str | None) -> datetime | None:
 @click.option("--importance", type=float, default=0.5, show_default=True, help="In [0, 1].")
 @click.option("--session-id", help="Originating session.")
 @click.option("--expires-at", help=_EXPIRES_HELP)
+@click.option(
+    "--happened-at",
+    help="When it happened or since when it holds: 2023-07-28, 2023-07, 2021, "
+    "'spring 2021', 'last Friday' (default: read from the content; docs/time.md).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the stored fact as JSON.")
 @click.pass_context
 def remember(
@@ -104,6 +109,7 @@ def remember(
     importance: float,
     session_id: str | None,
     expires_at: str | None,
+    happened_at: str | None,
     as_json: bool,
 ) -> None:
     """Store a durable fact (upsert by --key; identical keyless facts are kept once).
@@ -119,6 +125,7 @@ def remember(
             importance=importance,
             session_id=session_id,
             expires_at=expiry,
+            happened_at=happened_at,
             provenance=CLI,
         ),
     )

@@ -168,23 +168,37 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def create_fact(
-    content: str, *, key: str | None, importance: float, expires_at: datetime | None
+    content: str,
+    *,
+    key: str | None,
+    importance: float,
+    expires_at: datetime | None,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
     body: dict[str, Any] = {"content": content, "importance": importance}
     if key is not None:
         body["key"] = key
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
+    if happened_at is not None:
+        body["happened_at"] = happened_at
     return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,))
 
 
 def put_fact(
-    key: str, content: str, *, importance: float, expires_at: datetime | None
+    key: str,
+    content: str,
+    *,
+    importance: float,
+    expires_at: datetime | None,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
     """``PUT /api/facts/by-key/{key}``: the upsert by key (201 created, 200 otherwise)."""
     body: dict[str, Any] = {"content": content, "importance": importance}
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
+    if happened_at is not None:
+        body["happened_at"] = happened_at
     path = f"/api/facts/by-key/{_seg(key)}"
     return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201))
 
@@ -196,12 +210,15 @@ def update_fact(
     key: str | Unset | None,
     importance: float | Unset,
     expires_at: datetime | Unset | None,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
     body: dict[str, Any] = {
         name: value
         for name, value in (("content", content), ("key", key), ("importance", importance))
         if not isinstance(value, Unset)
     }
+    if happened_at is not None:
+        body["happened_at"] = happened_at
     if not isinstance(expires_at, Unset):
         body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
     return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body)

@@ -184,11 +184,19 @@ class Client:
         key: str | None = None,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        happened_at: str | None = None,
     ) -> Memory:
         """Strict create: a taken ``key`` or an identical keyless fact is a ``ConflictError``.
-        ``expires_at`` (time-zone aware, in the future) ends the fact then."""
+        ``expires_at`` (time-zone aware, in the future) ends the fact then; ``happened_at``
+        gives its event clock (docs/time.md)."""
         return self._run(
-            calls.create_fact(content, key=key, importance=importance, expires_at=expires_at)
+            calls.create_fact(
+                content,
+                key=key,
+                importance=importance,
+                expires_at=expires_at,
+                happened_at=happened_at,
+            )
         )
 
     def put_fact(
@@ -198,10 +206,15 @@ class Client:
         *,
         importance: float = 0.5,
         expires_at: datetime | None = None,
+        happened_at: str | None = None,
     ) -> Memory:
         """Set ``key``'s value: create its fact, or replace the value (kept as a version).
         Idempotent, the API's upsert by key; ``expires_at=None`` means it never expires."""
-        return self._run(calls.put_fact(key, content, importance=importance, expires_at=expires_at))
+        return self._run(
+            calls.put_fact(
+                key, content, importance=importance, expires_at=expires_at, happened_at=happened_at
+            )
+        )
 
     def update_fact(
         self,
@@ -211,12 +224,18 @@ class Client:
         key: str | Unset | None = UNSET,
         importance: float | Unset = UNSET,
         expires_at: datetime | Unset | None = UNSET,
+        happened_at: str | None = None,
     ) -> Memory:
         """Change what is given; ``key=None`` removes the fact's key and
         ``expires_at=None`` its expiry. The replaced value is kept as a version."""
         return self._run(
             calls.update_fact(
-                id, content=content, key=key, importance=importance, expires_at=expires_at
+                id,
+                content=content,
+                key=key,
+                importance=importance,
+                expires_at=expires_at,
+                happened_at=happened_at,
             )
         )
 

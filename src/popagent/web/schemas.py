@@ -68,6 +68,21 @@ ExpiresAt = Annotated[
 ]
 
 
+#: When what a fact tells happened or since when it holds (its event clock,
+#: docs/time.md): a date, a month, a year, a timestamp or a phrase of the grammar.
+HappenedAt = Annotated[
+    str | None,
+    Field(
+        max_length=200,
+        description=(
+            "When it happened or since when it holds: 2023-07-28, 2023-07, 2021, an ISO 8601 "
+            "time, or a phrase such as 'spring 2021' or 'last Friday' (read against now). "
+            "Left out: read from the content, if it names a time."
+        ),
+    ),
+]
+
+
 class _FactValue(_Strict):
     """The settable fields of a fact's value, stated once: the create and the put bodies
     are these (plus the key, for a create), and the routes pass them on by name to the
@@ -78,6 +93,8 @@ class _FactValue(_Strict):
     importance: Importance = 0.5
     #: When the fact ends: after it, recall never returns it and maintenance removes it.
     expires_at: ExpiresAt = None
+    #: Its event clock (``HappenedAt``).
+    happened_at: HappenedAt = None
 
 
 class FactPut(_FactValue):
@@ -100,6 +117,7 @@ class FactUpdate(_Strict):
     key: Key | None = None
     importance: Importance | None = None
     expires_at: ExpiresAt = None
+    happened_at: HappenedAt = None
 
 
 class FactRestore(_Strict):

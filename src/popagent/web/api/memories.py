@@ -236,7 +236,9 @@ async def get_fact(request: Request, id: MemoryId) -> Memory:
 async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memory:
     given = body.model_fields_set
     if not given:
-        raise ValidationError("body", "name at least one of content, key, importance, expires_at")
+        raise ValidationError(
+            "body", "name at least one of content, key, importance, expires_at, happened_at"
+        )
     for name in ("content", "importance"):
         if name in given and getattr(body, name) is None:
             raise ValidationError(name, "may not be null (leave it out to keep it)")
@@ -250,6 +252,7 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memor
         importance=body.importance,
         expires_at=body.expires_at,
         clear_expiry="expires_at" in given and body.expires_at is None,
+        happened_at=body.happened_at,
         provenance=API_WRITE,
     )
     return fact
