@@ -11,12 +11,17 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from click.testing import CliRunner
 
 import popagent
-from popagent import EpisodeTurn, render
+from popagent import EpisodeTurn, Popagent, render
+from popagent.agent.remember import RememberTool
+from popagent.agent.tools import ToolContext
+from popagent.cli import main
 from popagent.errors import ValidationError
 from popagent.models import Memory, MemoryFilter
 from popagent.portable import export_resource, import_mem0, import_resource
+from tests.web_support import api_client
 
 SUNDAY = datetime(2023, 7, 30, 14, 0, tzinfo=UTC)
 
@@ -250,3 +255,37 @@ async def test_mem0_memories_read_their_event_clock_against_their_own_time(
     facts = {m.content: m for m in await memory.list(resource)}
     assert event(facts["Went to Rome last weekend"]) == (day(2023, 7, 22), day(2023, 7, 24), "week")
     assert event(facts["Went to Oslo last weekend"]) == (None, None, None)
+
+
+async def test_happened_at_reaches_the_api_the_cli_and_the_remember_tool(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str, database_url: str
+) -> None:
+    async with api_client(root, resource) as api:
+        put = await api.put(
+            "/api/facts/by-key/job", json={"content": "Works at the bakery", "happened_at": "2019"}
+        )
+        assert put.status_code == 201, put.text
+        body = put.json()
+        assert body["happened_precision"] == "year"
+        assert body["happened_start"].startswith("2019-01-01")
+        assert body["happened_end"].startswith("2020-01-01")
+        bad = await api.post("/api/facts", json={"content": "Anything", "happened_at": "someday"})
+        assert bad.status_code == 422 and "happened_at" in bad.text
+        patched = await api.patch(f"/api/facts/{body['id']}", json={"happened_at": "2018-05"})
+        assert patched.status_code == 200 and patched.json()["happened_precision"] == "month"
+        preview = await api.post("/api/recall", json={"query": "bakery"})
+        assert preview.status_code == 200, preview.text
+        assert ", since May 2018] Works at the bakery" in preview.json()["rendered"]
+
+    args = ["--database-url", database_url, "--resource-id", resource, "remember"]
+    args += ["Plays the cello", "--happened-at", "spring 2021", "--json"]
+    out = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    cello = json.loads(out.output)["memory"]
+    assert cello["happened_precision"] == "season" and cello["happened_start"].startswith("2021-03")
+
+    ctx = ToolContext(resource_id=resource, session_id="s1", memory=memory)
+    told = await RememberTool().run(ctx, {"content": "Has a cat", "happened_at": "2023-07-28"})
+    assert told.outcome == "ok" and "since 2023-07-28 (day)" in told.text
+    refused = await RememberTool().run(ctx, {"content": "Has a dog", "happened_at": "soon-ish"})
+    assert refused.outcome == "refused" and "happened_at" in refused.text

@@ -95,6 +95,14 @@ MEMORY_SCHEMA = object_schema(
         "origin": _ORIGIN,
         "expires_at": _NULLABLE_TIME,
         "version": {"type": "integer", "minimum": 1},
+        # The event clock (docs/time.md): null where unknown.
+        "happened_start": _NULLABLE_TIME,
+        "happened_end": _NULLABLE_TIME,
+        "happened_precision": {
+            "type": ["string", "null"],
+            "enum": ["day", "week", "month", "season", "year", None],
+        },
+        "happened_phrase": _NULLABLE_STRING,
     },
 )
 

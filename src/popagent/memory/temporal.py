@@ -376,7 +376,7 @@ _BARE_YEAR = re.compile(r"(\d{4})\b")
 _HAS_YEAR = re.compile(r"\d{4}")
 _WHEN = re.compile(
     r"\b(?:when (?:did|was|were|is|will|does|do|has|have|had|are|am)"
-    r"|what (?:date|day|year|month)|how long ago|since when)\b"
+    r"|(?:what|which|in which|in what) (?:date|day|year|month|week)|how long ago|since when)\b"
 )
 
 
