@@ -257,8 +257,19 @@ async def test_mem0_memories_read_their_event_clock_against_their_own_time(
     assert event(facts["Went to Oslo last weekend"]) == (None, None, None)
 
 
-async def test_happened_at_reaches_the_api_the_cli_and_the_remember_tool(
-    root: Popagent, memory: popagent.LongTermMemory, resource: str, database_url: str
+def test_happened_at_reaches_the_cli(database_url: str, resource: str) -> None:
+    args = ["--database-url", database_url, "--resource-id", resource, "remember"]
+    args += ["Plays the cello", "--happened-at", "spring 2021", "--json"]
+    out = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    cello = json.loads(out.output)["memory"]
+    assert cello["happened_precision"] == "season" and cello["happened_start"].startswith("2021-03")
+    refused = CliRunner().invoke(main, [*args[:-3], "--happened-at", "someday"])
+    assert refused.exit_code != 0 and "happened_at" in refused.output
+
+
+async def test_happened_at_reaches_the_api_and_the_remember_tool(
+    root: Popagent, memory: popagent.LongTermMemory, resource: str
 ) -> None:
     async with api_client(root, resource) as api:
         put = await api.put(
@@ -276,13 +287,6 @@ async def test_happened_at_reaches_the_api_the_cli_and_the_remember_tool(
         preview = await api.post("/api/recall", json={"query": "bakery"})
         assert preview.status_code == 200, preview.text
         assert ", since May 2018] Works at the bakery" in preview.json()["rendered"]
-
-    args = ["--database-url", database_url, "--resource-id", resource, "remember"]
-    args += ["Plays the cello", "--happened-at", "spring 2021", "--json"]
-    out = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert out.exit_code == 0, out.output
-    cello = json.loads(out.output)["memory"]
-    assert cello["happened_precision"] == "season" and cello["happened_start"].startswith("2021-03")
 
     ctx = ToolContext(resource_id=resource, session_id="s1", memory=memory)
     told = await RememberTool().run(ctx, {"content": "Has a cat", "happened_at": "2023-07-28"})
