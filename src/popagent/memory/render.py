@@ -23,7 +23,7 @@ too small for the label and one line, render as the empty string.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from ..models import Memory, RecallResult
 
@@ -79,7 +79,7 @@ def _dates(memory: Memory, now: datetime) -> str:
     start, end = memory.happened_start, memory.happened_end
     if start is not None and end is not None:
         when = _when(start, memory.happened_precision)
-        if start > said + timedelta(days=1) and end > said:
+        if start > said:  # told before it began: a plan
             parts.append(f"planned for {when}" + (", past" if end <= now else ""))
         else:
             parts.append(f"{'since' if memory.kind == 'fact' else 'about'} {when}")
