@@ -359,6 +359,19 @@ _PHRASE_BODY = rf"""(
       | (?:in|of|during|since|before|after|until|from|between)\ \d{{4}}(?!-\d{{2}}\b)
     )\b"""
 _PHRASE = re.compile(r"\b" + _PHRASE_BODY, re.VERBOSE)
+# The words a phrase of ``_PHRASE`` can begin with (or a digit). Trying the whole
+# pattern only where one of them starts is several times faster than searching
+# with it: a search tries every alternative at every word.
+_FIRST_WORDS = frozenset(
+    {"the", "yesterday", "tomorrow", "today", "tonight", "last", "this", "recently"}
+    | {"lately", "in", "earlier", "later", "past", "previous", "next", "over", "on"}
+    | {"early", "mid", "late", "of", "during", "since", "before", "after", "until"}
+    | {"from", "between"}
+    | {word.split(" ")[0] for word in _NUMBERS}
+    | set(_MONTHS)
+    | set(_SEASONS)
+)
+_WORD = re.compile(r"\b\w+")
 _YEAR_PREFIX = re.compile(r"^(?:in|of|during|since|before|after|until|from|between) (\d{4})$")
 _RELATION = re.compile(r"\b(before|after|since|until|prior to|earlier than|later than)\s+$")
 # A bare month or season name that is more likely a word ("may", "march", "fall")
@@ -389,6 +402,20 @@ def _head(text: str, end: int) -> str:
         space = text.find(" ", start - 1, end)
         start = end if space == -1 else space + 1
     return text[start:end]
+
+
+def _matches(text: str) -> Iterator[re.Match[str]]:
+    """``_PHRASE.finditer(text)``: the same matches, tried only where a word that can
+    begin one starts (``_FIRST_WORDS``)."""
+    after = 0
+    for word in _WORD.finditer(text):
+        start = word.start()
+        if start < after or not (word[0][0].isdigit() or word[0] in _FIRST_WORDS):
+            continue
+        match = _PHRASE.match(text, start)
+        if match is not None:
+            after = match.end()
+            yield match
 
 
 def _coarser(a: Precision | None, b: Precision | None) -> Precision | None:
@@ -425,7 +452,7 @@ def _phrases(text: str, now: datetime, strict: bool) -> Iterator[tuple[TimeWindo
     """Each time phrase of normalized ``text`` resolved against ``now``, in order, with
     the relation before it ("before", "since", ...; ``None``). ``strict``: a bare
     month or season name counts only after a preposition (module docstring)."""
-    for match in _PHRASE.finditer(text):
+    for match in _matches(text):
         phrase = match[1]
         head = _head(text, match.start())
         year = _YEAR_PREFIX.match(phrase)
