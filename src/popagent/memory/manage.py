@@ -97,14 +97,14 @@ def event_params(window: TimeWindow | None) -> dict[str, Any]:
     }
 
 
-def _told(user_text: object, assistant_text: object, said_at: datetime | None) -> TimeWindow | None:
-    """The event clock of a turn's episode: the time its user's words name, else its
-    reply's, read against when the turn happened (``said_at``; ``None``: now)."""
-    said_at = said_at or datetime.now(UTC)
-    for text in (user_text, assistant_text):
-        if isinstance(text, str) and (window := event_window(text, said_at)) is not None:
-            return window
-    return None
+def _told(user_text: object, said_at: datetime | None) -> TimeWindow | None:
+    """The event clock of a turn's episode: the time its user's words name, read
+    against when the turn happened (``said_at``; ``None``: now). The reply is not
+    read: it would double the cost of a bulk write (``bench/writes.py``) for the few
+    events only a reply dates."""
+    if not isinstance(user_text, str):
+        return None
+    return event_window(user_text, said_at or datetime.now(UTC))
 
 
 def _episode_rows(turns: list[EpisodeTurn]) -> list[store.EpisodeRow]:
@@ -118,7 +118,7 @@ def _episode_rows(turns: list[EpisodeTurn]) -> list[store.EpisodeRow]:
         created_at = check_time("created_at", turn.created_at)
         built = episode_content(turn.user_text, turn.assistant_text)
         if built is not None:
-            event = event_params(_told(turn.user_text, turn.assistant_text, created_at))
+            event = event_params(_told(turn.user_text, created_at))
             rows.append((session_id, built[0], sha256_hex(built[0]), created_at, *event.values()))
     return rows
 
@@ -244,7 +244,7 @@ async def draft_episode(
         return None
     content = built[0]
     provenance = check_provenance(provenance)
-    event = _told(user_text, assistant_text, created_at)
+    event = _told(user_text, created_at)
     return EpisodeDraft(resource_id, session_id, content, created_at, provenance, event)
 
 
