@@ -147,10 +147,17 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
             await memory.remember(resource, f"Prefers green tea over coffee ({n})", key="drink")
             # A changed value: the old one becomes a row of popagent_fact_versions.
             await memory.remember(resource, f"Prefers oolong tea now ({n})", key="drink")
-            await memory.remember(resource, f"Lives in Lisbon near the river, resource {n}")
-            await memory.retain_episode(
-                resource, "s1", "What should I pack for Porto?", "An umbrella: it rains in May."
+            # Both clocks: each of these has an event clock as well as its record times.
+            lives = await memory.remember(
+                resource, f"Lives in Lisbon near the river, resource {n}", happened_at="2019"
             )
+            trip = await memory.retain_episode(
+                resource,
+                "s1",
+                "What should I pack for Porto next week?",
+                "An umbrella: it rains in May.",
+            )
+            assert lives.memory.happened_start and trip and trip.happened_start
             session = await threads.create_session(resource, "s1", title=f"Trip {n}")
             sid = session.session_id
             first = await threads.append_message(resource, sid, "user", "Hello", turn="start")

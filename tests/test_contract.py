@@ -6,6 +6,7 @@ fact prioritization and deduplication, and resource isolation.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -133,7 +134,7 @@ async def test_render_budget_and_label(memory: LongTermMemory, resource: str) ->
     results = await memory.recall(resource, "budget topic")
     assert len(results) == 8
     block = render(results)
-    assert block.startswith(HEADER + "\n- [fact] ")
+    assert block.startswith(HEADER + "\n- [fact, said ")
     assert len(block) <= 24_000
     assert len(render(results, budget=5_000)) <= 5_000
 
@@ -149,7 +150,7 @@ async def test_fact_prioritization(memory: LongTermMemory, resource: str) -> Non
     # The spec's ranking (full text, trigram, importance, recency): lexical.
     results = await memory.recall(resource, "what is my coffee order?", mode="lexical")
     assert results[0].memory.id == fact.id
-    assert render(results).split("\n")[1].startswith("- [fact] Coffee order")
+    assert re.match(r"- \[fact, said [^\]]+\] Coffee order", render(results).split("\n")[1])
 
 
 async def test_key_upsert_and_hash_dedup(memory: LongTermMemory, resource: str) -> None:

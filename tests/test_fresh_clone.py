@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -226,7 +227,9 @@ def walk_the_gui(base: str, fact_id: int) -> None:
             page.get_by_role("link", name="Recall", exact=True).click()
             page.get_by_label("Query").fill("which theme do I like?")
             page.get_by_role("button", name="Preview recall").click()
-            expect(page.get_by_test_id("rendered")).to_contain_text("[fact] I prefer dark mode")
+            expect(page.get_by_test_id("rendered")).to_contain_text(
+                re.compile(r"\[fact, said [^\]]+\] I prefer dark mode")
+            )
             expect(page.locator("table.components").first).to_contain_text("Contribution")
             shot(page, "recall")
 
@@ -287,7 +290,7 @@ def test_the_readme_first_minute_from_a_fresh_clone(tmp_path: Path) -> None:
         assert stored.stdout.splitlines()[1].startswith("created fact ")
         recalled = shell(clone, env, f"{ACTIVATE} && {RECALL}")
         assert recalled.returncode == 0, recalled.stderr
-        assert "- [fact] I prefer dark mode" in recalled.stdout
+        assert re.search(r"^- \[fact, said [^\]]+\] I prefer dark mode", recalled.stdout, re.M)
 
         # 3. The same over HTTP, the README's requests; the PUT twice leaves one fact.
         headers = {"content-type": "application/json"}

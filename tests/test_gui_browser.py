@@ -159,7 +159,7 @@ async def test_create_edit_delete_fact(
     await page.get_by_label("Query").fill("when do I water the basil")
     await page.get_by_role("button", name="Preview recall").click()
     await expect(page.get_by_test_id("rendered")).to_contain_text(
-        "[fact] Waters the basil every Tuesday"
+        re.compile(r"\[fact, said [^\]]+\] Waters the basil every Tuesday")
     )
     await expect(page.locator("table.components").first).to_contain_text("Contribution")
     await screenshot(page, screenshots, "recall.png")

@@ -10,6 +10,7 @@ process per case.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,10 @@ async def test_stdio_remember_then_recall_across_two_connections(
     async with stdio(database_url, resource, errlog) as second:
         found = await second.call_tool("recall", {"query": "does the user prefer dark mode?"})
     assert not found.is_error
-    assert text_of(found) == f"{popagent.HEADER}\n- [fact #{fact.id}] {THEME}"
+    label = rf"- \[fact #{fact.id}, said [^\]]+\]"
+    assert re.fullmatch(
+        rf"{re.escape(popagent.HEADER)}\n{label} {re.escape(THEME)}", text_of(found)
+    )
     structured = found.structured_content
     assert structured is not None and structured["rendered"] == text_of(found)
     [result] = structured["results"]

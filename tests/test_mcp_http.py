@@ -81,7 +81,10 @@ async def test_http_serves_on_loopback_and_remembers_across_connections(
     # A second connection, over the handshake era (MCP sessions, as desktop clients use).
     async with Client(url, mode="legacy") as second:
         found = await second.call_tool("recall", {"query": "light mode"})
-    assert text_of(found) == f"{popagent.HEADER}\n- [fact #{fact.id}] Prefers light mode"
+    label = rf"- \[fact #{fact.id}, said [^\]]+\]"
+    assert re.fullmatch(
+        rf"{re.escape(popagent.HEADER)}\n{label} Prefers light mode", text_of(found)
+    )
     assert found.structured_content is not None
     [result] = found.structured_content["results"]
     assert result["memory"]["id"] == fact.id and result["score"] > 0

@@ -26,7 +26,7 @@ import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.memory.ranking import DEFAULT_WEIGHTS, SIGNALS, RankingWeights, Signal, rank
 from popagent.memory.recall import LEXICAL_RECALL, candidate_idfs, recall_pool
-from popagent.memory.temporal import query_window
+from popagent.memory.temporal import query_window, recall_window
 from popagent.models import RecallResult
 from popagent.store import ranked
 from popagent.store import recall as recall_sql
@@ -67,7 +67,11 @@ QUERIES = (
     "espreso deadlne",
     "lasagna recipe yesterday",
     "mountain",
+    "when did I go to the museum",  # asks when: the memories that date their event
+    "what happened in spring 2025 with the tent",  # an event clock in a named season
 )
+#: Said in some turns: each gives the episode an event clock (the time signal reads it).
+TOLD = ("last week", "in March", "yesterday", "in spring 2025", "next Tuesday", "in 2025")
 
 
 async def fill(memory: LongTermMemory, resource: str, rng: random.Random) -> None:
@@ -76,6 +80,8 @@ async def fill(memory: LongTermMemory, resource: str, rng: random.Random) -> Non
         words = rng.sample(WORDS, rng.randint(2, 6))
         # Every fifth turn repeats an earlier text (same content, other time): ties.
         user = " ".join(words) if i % 5 else f"I talked about {WORDS[i % 7]} and {WORDS[i % 11]}"
+        if i % 3 == 0:
+            user += f" {TOLD[i % len(TOLD)]}"
         turns.append(
             EpisodeTurn(
                 f"s{i % 9}",
@@ -110,7 +116,7 @@ async def reference(
 ) -> list[RecallResult]:
     """``rank`` over the two-statement candidates: the ranking as the spec defines it."""
     weights = memory.weights
-    window = query_window(query, NOW) if weights.time > 0 else None
+    window = recall_window(query, NOW) if weights.time > 0 else None
     async with memory.pool.connection() as conn:
         stats = await recall_sql.corpus_stats(conn, resource, query)
         candidates = await recall_sql.candidates(

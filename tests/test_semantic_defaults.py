@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 from typing import Any
@@ -113,7 +114,7 @@ def test_the_cli_default(database_url: str, resource: str) -> None:
         popagent_cli("remember", fact)
     for question, needed in ASKED.items():
         out = popagent_cli("recall", question).stdout
-        assert f"- [fact] {needed}" in out.splitlines()[1], out
+        assert re.match(rf"^- \[fact, said [^\]]+\] {re.escape(needed)}", out.splitlines()[1]), out
     explained = popagent_cli("recall", "what pets do I have?", "--explain").stdout
     assert f"mode: fused (words and meaning) with the embedding model {LOCAL_MODEL}" in explained
     assert "every memory has its vectors" in explained

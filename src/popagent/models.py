@@ -172,6 +172,15 @@ class Memory(_JsonFields):
     #: which (its key, or ``#`` and its id). ``confirm_memory`` clears both.
     stale_since: datetime | None = None
     stale_source: str | None = None
+    #: The event clock (docs/time.md): when what the memory tells happened, is
+    #: planned or holds, as ``[happened_start, happened_end)``, how precisely
+    #: (``"day"``, ``"week"``, ``"month"``, ``"season"`` or ``"year"``) and the words
+    #: it was read from (``None`` for a date its writer gave). All ``None`` when
+    #: unknown; ``created_at``/``updated_at`` are the record clock.
+    happened_start: datetime | None = None
+    happened_end: datetime | None = None
+    happened_precision: str | None = None
+    happened_phrase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +244,11 @@ class FactOptions(TypedDict, total=False):
     #: the same resource, at most 16. When one of them changes, expires or is
     #: deleted, the fact is marked stale (``Memory.stale_since``), never deleted.
     based_on: Sequence[str | int] | None
+    #: When what the fact tells happened or since when it holds (the event clock):
+    #: a date (``2023-07-28``), a month (``2023-07``), a year (``2021``), a
+    #: timestamp, or a phrase (``spring 2021``, ``last Friday``) read against the
+    #: time of the write. Left out, it is read from the content, if it names one.
+    happened_at: str | None
 
 
 #: The moments a recall may answer from, by name, with what each means: every surface

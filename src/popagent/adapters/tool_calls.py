@@ -90,5 +90,6 @@ async def call_memory_tool(
             key=parsed.get("key"),
             importance=parsed.get("importance", 0.5),
             expires_at=parsed.get("expires_at"),
+            happened_at=parsed.get("happened_at"),
         )
     return await toolkit.recall(parsed["query"], limit=parsed.get("limit", RECALL_LIMIT_DEFAULT))

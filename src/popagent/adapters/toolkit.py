@@ -218,6 +218,7 @@ class MemoryToolkit:
         importance: float = 0.5,
         session_id: str | None = None,
         expires_at: str | None = None,
+        happened_at: str | None = None,
     ) -> ToolOutcome:
         arguments: dict[str, Any] = {"content": content}
         if key is not None:
@@ -226,6 +227,8 @@ class MemoryToolkit:
             arguments["importance"] = importance
         if expires_at is not None:
             arguments["expires_at"] = expires_at
+        if happened_at is not None:
+            arguments["happened_at"] = happened_at
         session = self._session(session_id)
         return await self.call("remember", arguments, session, self._remember(arguments, session))
 
@@ -254,6 +257,7 @@ class MemoryToolkit:
             importance=arguments.get("importance", 0.5),
             session_id=session_id,
             expires_at=parse_expires_at(arguments.get("expires_at")),
+            happened_at=arguments.get("happened_at"),
         )
         fact = result.memory
         where = f"fact #{fact.id}" + (f" with key {fact.key!r}" if fact.key else " (no key)")

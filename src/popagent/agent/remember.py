@@ -29,6 +29,8 @@ from .tools import ToolContext, ToolOutcome
 
 __all__ = ["EXPIRES_AT_CHARS", "REMEMBER_SPEC", "RememberTool", "parse_expires_at"]
 
+#: The longest ``happened_at`` text the tool takes (``LongTermMemory.remember``'s limit).
+HAPPENED_AT_CHARS = 200
 #: The longest ``expires_at`` text the tool takes (an ISO 8601 time is about 32).
 EXPIRES_AT_CHARS = 64
 
@@ -89,6 +91,15 @@ REMEMBER_SPEC = ToolSpec(
                     "as possibly stale instead of silently going wrong."
                 ),
             },
+            "happened_at": string_arg(
+                (
+                    "Optional: when what the fact tells happened, or since when it holds, "
+                    "e.g. '2023-07-28', '2021', 'spring 2021' or 'last Friday' (read against "
+                    "today). Give it when the user said when; leave it out otherwise (a time "
+                    "named in the content is read from it)."
+                ),
+                max_length=HAPPENED_AT_CHARS,
+            ),
         },
         ["content"],
     ),
@@ -115,7 +126,7 @@ def parse_expires_at(value: object) -> datetime | None:
 
 
 class RememberTool(SpecTool):
-    """``remember(content, key?, importance?, expires_at?, based_on?)`` over the context's
+    """``remember(content, key?, importance?, expires_at?, based_on?, happened_at?)`` over the context's
     ``LongTermMemory``, recording the context's provenance."""
 
     SPEC = REMEMBER_SPEC
@@ -129,6 +140,7 @@ class RememberTool(SpecTool):
                 importance=arguments.get("importance", 0.5),
                 session_id=ctx.session_id,
                 expires_at=parse_expires_at(arguments.get("expires_at")),
+                happened_at=arguments.get("happened_at"),
                 provenance=ctx.provenance,
                 based_on=arguments.get("based_on"),
             )
@@ -142,6 +154,9 @@ class RememberTool(SpecTool):
             where += f", expiring {fact.expires_at.astimezone(UTC).isoformat()}"
         if fact.based_on:
             where += ", based on " + ", ".join(map(str, fact.based_on))
+        if fact.happened_start is not None:
+            where += f", since {fact.happened_start.astimezone(UTC).date().isoformat()}"
+            where += f" ({fact.happened_precision})"
         if result.action == "created":
             text = f"Stored: created {where}: {fact.content}"
         elif result.action == "updated":

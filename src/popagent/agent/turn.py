@@ -274,7 +274,7 @@ class Agent:
             )
             await transcript.add_user(user_text)  # starts the turn
             recalled, recall_ms = await recall
-            memory_block = render(recalled)
+            memory_block = render(recalled, now=now)
             reply, episode, tally = await self._finish_turn(
                 transcript,
                 scrubber,

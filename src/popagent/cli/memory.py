@@ -132,6 +132,11 @@ def _moment_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--session-id", help="Originating session.")
 @click.option("--expires-at", help=_EXPIRES_HELP)
 @_based_on_option
+@click.option(
+    "--happened-at",
+    help="When it happened or since when it holds: 2023-07-28, 2023-07, 2021, "
+    "'spring 2021', 'last Friday' (default: read from the content; docs/time.md).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the stored fact as JSON.")
 @click.pass_context
 def remember(
@@ -142,6 +147,7 @@ def remember(
     session_id: str | None,
     expires_at: str | None,
     based_on: tuple[str, ...],
+    happened_at: str | None,
     as_json: bool,
 ) -> None:
     """Store a durable fact (upsert by --key; identical keyless facts are kept once).
@@ -157,6 +163,7 @@ def remember(
             importance=importance,
             session_id=session_id,
             expires_at=expiry,
+            happened_at=happened_at,
             provenance=CLI,
             based_on=_sources(based_on),
         ),

@@ -71,11 +71,14 @@ class RemoteBackend:
         key = options.get("key")
         importance = options.get("importance", 0.5)
         expires_at = options.get("expires_at")
+        happened_at = options.get("happened_at")
         for _attempt in range(_ATTEMPTS):
             if key is not None:
                 page = await self.client.list(MemoryFilter(kind="fact", key=key, limit=1))
                 if page.items:
-                    return await self._replace(page.items[0], content, importance, expires_at)
+                    return await self._replace(
+                        page.items[0], content, importance, expires_at, happened_at
+                    )
             try:
                 created = await self.client.create_fact(
                     content,
@@ -83,6 +86,7 @@ class RemoteBackend:
                     importance=importance,
                     expires_at=expires_at,
                     based_on=options.get("based_on"),
+                    happened_at=happened_at,
                 )
                 return RememberResult(memory=created, action="created")
             except ConflictError:
@@ -104,13 +108,22 @@ class RemoteBackend:
         )
 
     async def _replace(
-        self, current: Memory, content: str, importance: float, expires_at: datetime | None
+        self,
+        current: Memory,
+        content: str,
+        importance: float,
+        expires_at: datetime | None,
+        happened_at: str | None,
     ) -> RememberResult:
         wanted = (_normal(content), importance, expires_at)
         if wanted == (current.content, current.importance, current.expires_at):
             return RememberResult(memory=current, action="unchanged")
         updated = await self.client.update_fact(
-            current.id, content=content, importance=importance, expires_at=expires_at
+            current.id,
+            content=content,
+            importance=importance,
+            expires_at=expires_at,
+            happened_at=happened_at,
         )
         before = (current.content, current.importance, current.expires_at)
         same = (updated.content, updated.importance, updated.expires_at) == before

@@ -178,12 +178,15 @@ def _fact_body(
     importance: float,
     expires_at: datetime | None,
     based_on: Sequence[str | int] | None,
+    happened_at: str | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"content": content, "importance": importance}
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
     if based_on:
         body["based_on"] = list(based_on)
+    if happened_at is not None:
+        body["happened_at"] = happened_at
     return body
 
 
@@ -194,8 +197,9 @@ def create_fact(
     importance: float,
     expires_at: datetime | None,
     based_on: Sequence[str | int] | None = None,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
-    body = _fact_body(content, importance, expires_at, based_on)
+    body = _fact_body(content, importance, expires_at, based_on, happened_at)
     if key is not None:
         body["key"] = key
     return Call("POST", "/api/facts", decoder(Memory), json=body, ok=(201,), name="create_fact")
@@ -208,9 +212,10 @@ def put_fact(
     importance: float,
     expires_at: datetime | None,
     based_on: Sequence[str | int] | None = None,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
     """``PUT /api/facts/by-key/{key}``: the upsert by key (201 created, 200 otherwise)."""
-    body = _fact_body(content, importance, expires_at, based_on)
+    body = _fact_body(content, importance, expires_at, based_on, happened_at)
     path = f"/api/facts/by-key/{_seg(key)}"
     return Call("PUT", path, decoder(Memory), json=body, ok=(200, 201), name="put_fact")
 
@@ -223,6 +228,7 @@ def update_fact(
     importance: float | Unset,
     expires_at: datetime | Unset | None,
     based_on: Sequence[str | int] | Unset = UNSET,
+    happened_at: str | None = None,
 ) -> Call[Memory]:
     body: dict[str, Any] = {
         name: value
@@ -231,6 +237,8 @@ def update_fact(
     }
     if not isinstance(based_on, Unset):
         body["based_on"] = list(based_on)  # []: the fact is based on nothing
+    if happened_at is not None:
+        body["happened_at"] = happened_at
     if not isinstance(expires_at, Unset):
         body["expires_at"] = _iso(expires_at)  # None: "expires_at": null clears it
     return Call("PATCH", f"/api/facts/{_seg(id)}", decoder(Memory), json=body, name="update_fact")

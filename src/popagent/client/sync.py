@@ -186,13 +186,20 @@ class Client:
         importance: float = 0.5,
         expires_at: datetime | None = None,
         based_on: Sequence[str | int] | None = None,
+        happened_at: str | None = None,
     ) -> Memory:
         """Strict create: a taken ``key`` or an identical keyless fact is a ``ConflictError``.
         ``expires_at`` (time-zone aware, in the future) ends the fact then; ``based_on``
-        names what it was derived from (fact keys, memory ids)."""
+        names what it was derived from (fact keys, memory ids); ``happened_at`` gives its
+        event clock (docs/time.md)."""
         return self._run(
             calls.create_fact(
-                content, key=key, importance=importance, expires_at=expires_at, based_on=based_on
+                content,
+                key=key,
+                importance=importance,
+                expires_at=expires_at,
+                based_on=based_on,
+                happened_at=happened_at,
             )
         )
 
@@ -204,12 +211,18 @@ class Client:
         importance: float = 0.5,
         expires_at: datetime | None = None,
         based_on: Sequence[str | int] | None = None,
+        happened_at: str | None = None,
     ) -> Memory:
         """Set ``key``'s value: create its fact, or replace the value (kept as a version).
         Idempotent, the API's upsert by key; ``expires_at=None`` means it never expires."""
         return self._run(
             calls.put_fact(
-                key, content, importance=importance, expires_at=expires_at, based_on=based_on
+                key,
+                content,
+                importance=importance,
+                expires_at=expires_at,
+                based_on=based_on,
+                happened_at=happened_at,
             )
         )
 
@@ -222,6 +235,7 @@ class Client:
         importance: float | Unset = UNSET,
         expires_at: datetime | Unset | None = UNSET,
         based_on: Sequence[str | int] | Unset = UNSET,
+        happened_at: str | None = None,
     ) -> Memory:
         """Change what is given; ``key=None`` removes the fact's key,
         ``expires_at=None`` its expiry and ``based_on=[]`` its sources. The replaced
@@ -234,6 +248,7 @@ class Client:
                 importance=importance,
                 expires_at=expires_at,
                 based_on=based_on,
+                happened_at=happened_at,
             )
         )
 

@@ -105,6 +105,14 @@ MEMORY_SCHEMA = object_schema(
             "description": "Set when a source changed or went: the memory may be stale.",
         },
         "stale_source": {**_NULLABLE_STRING, "description": "The source that changed."},
+        # The event clock (docs/time.md): null where unknown.
+        "happened_start": _NULLABLE_TIME,
+        "happened_end": _NULLABLE_TIME,
+        "happened_precision": {
+            "type": ["string", "null"],
+            "enum": ["day", "week", "month", "season", "year", None],
+        },
+        "happened_phrase": _NULLABLE_STRING,
     },
 )
 

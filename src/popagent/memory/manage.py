@@ -41,9 +41,11 @@ from .base import MemoryBase, check_memory_id
 from .derived import check_based_on, check_sources
 from .purge import purge_resource
 from .semantic import BackfillReport, backfill
+from .temporal import TimeWindow, event_window
 from .validation import (
     check_expires_at,
     check_filter,
+    check_happened_at,
     check_id,
     check_importance,
     check_kind,
@@ -85,17 +87,41 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _episode_rows(turns: list[EpisodeTurn]) -> list[tuple[str, str, str, datetime | None]]:
-    """Each turn checked, built and redacted as ``retain_episode`` does, as the rows of
-    ``store.insert_episodes``; turns with an empty side are left out. Pure and
-    linear in the turns' text, so it may run off the event loop."""
-    rows: list[tuple[str, str, str, datetime | None]] = []
+def event_params(window: TimeWindow | None) -> dict[str, Any]:
+    """The event clock's columns (``store.EVENT_COLUMNS``) for ``window`` (``None``: unknown)."""
+    if window is None:
+        return store.NO_EVENT
+    return {
+        "happened_start": window.start,
+        "happened_end": window.end,
+        "happened_precision": window.precision,
+        "happened_phrase": window.phrase[:200] or None,
+    }
+
+
+def _told(user_text: object, said_at: datetime | None) -> TimeWindow | None:
+    """The event clock of a turn's episode: the time its user's words name, read
+    against when the turn happened (``said_at``; ``None``: now). The reply is not
+    read: it would double the cost of a bulk write (``bench/writes.py``) for the few
+    events only a reply dates."""
+    if not isinstance(user_text, str):
+        return None
+    return event_window(user_text, said_at or datetime.now(UTC))
+
+
+def _episode_rows(turns: list[EpisodeTurn]) -> list[store.EpisodeRow]:
+    """Each turn checked, built and redacted as ``retain_episode`` does, with its
+    event clock, as the rows of ``store.insert_episodes``; turns with an empty side
+    are left out. Pure and linear in the turns' text, so it may run off the event
+    loop."""
+    rows: list[store.EpisodeRow] = []
     for turn in turns:
         session_id = check_id("session_id", turn.session_id)
         created_at = check_time("created_at", turn.created_at)
         built = episode_content(turn.user_text, turn.assistant_text)
         if built is not None:
-            rows.append((session_id, built[0], sha256_hex(built[0]), created_at))
+            event = event_params(_told(turn.user_text, created_at))
+            rows.append((session_id, built[0], sha256_hex(built[0]), created_at, *event.values()))
     return rows
 
 
@@ -111,17 +137,22 @@ def _fact_params(
     session_id: str | None,
     expires_at: datetime | None,
     provenance: Provenance | None,
-    based_on: Sequence[str | int] | None = None,
+    based_on: Sequence[str | int] | None,
+    happened_at: str | None,
 ) -> dict[str, Any]:
     """A new fact's statement parameters, each field checked and normalized as
     ``remember`` and ``create_fact`` both require (in this order, so the first bad
-    field is the one named)."""
+    field is the one named). The event clock is the writer's ``happened_at``, else
+    the time the content names, read against now."""
     resource_id = check_id("resource_id", resource_id)
     content = normalize_fact_content(content)
     key = normalize_key(key)
     importance = check_importance(importance)
     session_id = _optional_id("session_id", session_id)
+    now = datetime.now(UTC)
+    event = check_happened_at(happened_at, now) or event_window(content, now)
     return {
+        **event_params(event),
         "resource_id": resource_id,
         "session_id": session_id,
         "key": key,
@@ -148,6 +179,8 @@ class EpisodeDraft:
     content: str
     created_at: datetime | None
     provenance: Provenance | None = None
+    #: When what the user told happened (the event clock); ``None``: it names no time.
+    event: TimeWindow | None = None
 
 
 # Retention, fact and episode management, cleanup, maintenance and backfill: the
@@ -215,7 +248,8 @@ async def draft_episode(
         return None
     content = built[0]
     provenance = check_provenance(provenance)
-    return EpisodeDraft(resource_id, session_id, content, created_at, provenance)
+    event = _told(user_text, created_at)
+    return EpisodeDraft(resource_id, session_id, content, created_at, provenance, event)
 
 
 async def write_episode(self: MemoryBase, conn: Conn, draft: EpisodeDraft) -> Memory:
@@ -232,6 +266,7 @@ async def write_episode(self: MemoryBase, conn: Conn, draft: EpisodeDraft) -> Me
         importance=EPISODE_IMPORTANCE,
         created_at=draft.created_at,
         provenance=draft.provenance,
+        event=event_params(draft.event),
     )
     if inserted:
         self._vectors_pending(draft.resource_id)
@@ -275,6 +310,7 @@ async def remember(
     expires_at: datetime | None = None,
     provenance: Provenance | None = None,
     based_on: Sequence[str | int] | None = None,
+    happened_at: str | None = None,
 ) -> RememberResult:
     """Store a durable fact: upsert by ``key``, or deduplicate a keyless one by content hash.
 
@@ -290,9 +326,20 @@ async def remember(
     ``based_on`` names what the fact was derived from (fact keys, memory ids of
     this resource): when one of them changes or goes, the fact is marked stale
     (``Memory.stale_since``); an unknown source or a cycle is a ``ValidationError``.
+    ``happened_at`` gives its event clock (``FactOptions``; docs/time.md); left
+    out, it is read from the content. A fact that is unchanged keeps the event
+    clock it was first told with.
     """
     params = _fact_params(
-        resource_id, content, key, importance, session_id, expires_at, provenance, based_on
+        resource_id,
+        content,
+        key,
+        importance,
+        session_id,
+        expires_at,
+        provenance,
+        based_on,
+        happened_at,
     )
     resource_id = params["resource_id"]
     upsert = store.upsert_fact_by_key if params["key"] is not None else store.upsert_fact_by_hash
@@ -358,11 +405,20 @@ async def create_fact(
     expires_at: datetime | None = None,
     provenance: Provenance | None = None,
     based_on: Sequence[str | int] | None = None,
+    happened_at: str | None = None,
 ) -> Memory:
     """Strict create (management): ``ConflictError`` if the key is taken or an
     identical keyless fact exists. ``remember`` is the upserting write."""
     params = _fact_params(
-        resource_id, content, key, importance, session_id, expires_at, provenance, based_on
+        resource_id,
+        content,
+        key,
+        importance,
+        session_id,
+        expires_at,
+        provenance,
+        based_on,
+        happened_at,
     )
     async with self._pool.connection() as conn, conn.transaction():
         memory = await store.insert_fact(conn, **params)
@@ -385,9 +441,12 @@ async def update_fact(
     session_id: str | None = None,
     provenance: Provenance | None = None,
     based_on: Sequence[str | int] | None = None,
+    happened_at: str | None = None,
 ) -> Memory:
     """Change a fact's content, key (``clear_key`` removes it), importance and/or
-    expiry (``clear_expiry`` removes it).
+    expiry (``clear_expiry`` removes it). ``happened_at`` sets its event clock; new
+    content without it takes the time the content names (none: unknown), and a
+    fact whose content stays keeps its event clock.
 
     The same rules as ``remember``; a key taken by another fact, or content
     identical to another keyless fact, is a ``ConflictError``. A real change
@@ -408,11 +467,19 @@ async def update_fact(
     new_key = normalize_key(key)
     new_importance = check_importance(importance) if importance is not None else None
     new_sources = check_based_on(based_on) if based_on is not None else None
+    now = datetime.now(UTC)
+    new_event = check_happened_at(happened_at, now)
     async with self._pool.connection() as conn, conn.transaction():
         current = await store.get_memory(conn, resource_id, id, "fact")
         if current is None:
             raise NotFoundError(f"no fact {id} in this resource")
         final_content = new_content if new_content is not None else current.content
+        if new_event is not None:
+            event = event_params(new_event)
+        elif final_content != current.content:
+            event = event_params(event_window(final_content, now))
+        else:
+            event = {c: getattr(current, c) for c in store.EVENT_COLUMNS}
         updated = await store.update_fact(
             conn,
             resource_id=resource_id,
@@ -426,6 +493,7 @@ async def update_fact(
             based_on=derived_sql.based_on_param(
                 current.based_on if based_on is None else new_sources
             ),
+            **event,
             **written_by,
         )
         if updated is None:  # nothing changed: the statement wrote nothing

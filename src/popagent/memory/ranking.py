@@ -71,8 +71,10 @@ Both were chosen on LoCoMo and the implicit questions together
 (``bench/quality.py --sweep``, docs/embeddings.md).
 
 When the query names a period (``popagent.memory.temporal``), a ``time``
-signal with weight ``time`` is added: 1 for memories created in the period,
-halving per period-length outside it. Importance, recency and the fact bonus
+signal with weight ``time`` is added: 1 for memories whose event interval
+(the event clock), or else whose creation time, falls in the period, halving
+per period-length outside it; for a question that asks when ("when did I …?")
+it is 1 for a memory that dates its event. Importance, recency and the fact bonus
 apply unchanged in every mode, so facts keep their priority.
 """
 
@@ -368,7 +370,15 @@ def _time(context: ScoringContext) -> Scorer | None:
     window = context.window
     if window is None:
         return None
-    return lambda candidate: time_score(candidate.memory.created_at, window)
+
+    def score(candidate: Candidate) -> float:
+        # The event clock when the memory has one, else the record clock.
+        m = candidate.memory
+        if m.happened_start is None:
+            return time_score(m.created_at, window)
+        return time_score(m.happened_start, window, m.happened_end)
+
+    return score
 
 
 def _halved(interval: str, scale: str) -> str:
@@ -413,15 +423,26 @@ SIGNALS: tuple[Signal, ...] = (
         _recency,
     ),
     Signal("fact", "CASE WHEN s.kind = 'fact' THEN 1.0::float8 ELSE 0.0::float8 END", _fact),
+    # The memory's event interval [happened_start, happened_end) when it has one, else
+    # its record time as a point (``temporal.time_score``); a scale of 0 marks a
+    # question that asks when (``TimeWindow.scale``): 1 for a dated memory.
     Signal(
         "time",
         f"""CASE
                WHEN %(window_start)s::timestamptz IS NULL THEN NULL::float8
-               WHEN s.created_at >= %(window_start)s AND s.created_at < %(window_end)s
+               WHEN %(window_scale)s::float8 = 0.0
+                   THEN CASE WHEN s.happened_start IS NULL THEN 0.0::float8 ELSE 1.0::float8 END
+               WHEN coalesce(s.happened_start, s.created_at) < %(window_end)s
+                    AND (coalesce(s.happened_end, s.created_at) > %(window_start)s
+                         OR coalesce(s.happened_start, s.created_at) >= %(window_start)s)
                    THEN 1.0::float8
-               WHEN s.created_at < %(window_start)s
-                   THEN {_halved("%(window_start)s - s.created_at", "%(window_scale)s")}
-               ELSE {_halved("s.created_at - %(window_end)s", "%(window_scale)s")}
+               WHEN coalesce(s.happened_end, s.created_at) <= %(window_start)s
+                   THEN {
+            _halved("%(window_start)s - coalesce(s.happened_end, s.created_at)", "%(window_scale)s")
+        }
+               ELSE {
+            _halved("coalesce(s.happened_start, s.created_at) - %(window_end)s", "%(window_scale)s")
+        }
            END""",
         _time,
     ),

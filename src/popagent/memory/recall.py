@@ -39,7 +39,7 @@ from .base import MemoryBase
 from .newest import newest_first
 from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
-from .temporal import TimeWindow, query_window
+from .temporal import TimeWindow, query_window, recall_window
 from .validation import (
     check_id,
     check_limit,
@@ -201,8 +201,8 @@ async def _ranked(
     mode = _check_mode(self, mode)
     if moment is not None:
         return await _at_moment(self, resource_id, query, limit, moment), "lexical"
-    window = query_window(query, now) if self.weights.time > 0 else None
-    period = past_period(query, query_window(query, now) if window is None else window, now)
+    window = recall_window(query, now) if self.weights.time > 0 else None
+    period = past_period(query, query_window(query, now), now)
     if self._worker is not None:
         # This process works on the resource: rows written elsewhere get vectors too.
         self._worker.notify(resource_id)
@@ -409,7 +409,7 @@ async def _lexical(
         weights=weights,
         window_start=window.start if window is not None else None,
         window_end=window.end if window is not None else None,
-        window_scale=max(window.days, 1.0) if window is not None else None,
+        window_scale=window.scale if window is not None else None,
     )
     async with self._pool.connection() as conn:
         rows = await LEXICAL_RECALL.rows(conn, resource_id, query, parameters, touch=touch)

@@ -28,6 +28,7 @@ from ..checks import (
 from ..credentials import find_credentials, redact_credentials
 from ..errors import SecretRefusedError, ValidationError
 from ..models import ORIGINS, Kind, MemoryFilter, Provenance
+from .temporal import TimeWindow, given_window
 
 __all__ = [
     "ASSISTANT_TEXT_CAP",
@@ -42,6 +43,7 @@ __all__ = [
     "check_credentials",
     "check_expires_at",
     "check_filter",
+    "check_happened_at",
     "check_id",
     "check_importance",
     "check_kind",
@@ -70,6 +72,8 @@ ASSISTANT_TEXT_CAP = 8_000
 QUERY_CAP = 4_000
 #: The most memories one list returns.
 LIST_LIMIT_CAP = 1_000
+#: A writer's ``happened_at``: a date, a time or a short phrase.
+_HAPPENED_AT_CAP = 200
 
 _WHITESPACE = re.compile(r"\s+")
 _EMPTY = "is required and must not be empty"
@@ -206,6 +210,26 @@ def check_expires_at(value: object, *, now: datetime | None = None) -> datetime 
     if expires_at is not None and expires_at <= (now or datetime.now(UTC)):
         raise ValidationError("expires_at", "must be in the future")
     return expires_at
+
+
+def check_happened_at(value: object, now: datetime) -> TimeWindow | None:
+    """A writer's ``happened_at`` as its event interval (``temporal.given_window``),
+    read against ``now``; ``None`` for ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or is_blank(value) or len(value) > _HAPPENED_AT_CAP:
+        raise ValidationError(
+            "happened_at",
+            f"must be a date, a time or a time phrase of 1 to {_HAPPENED_AT_CAP} characters",
+        )
+    window = given_window(value, now)
+    if window is None:
+        raise ValidationError(
+            "happened_at",
+            "names no time: give a date (2023-07-28), a month (2023-07), a year (2021), "
+            "a timestamp, or a phrase such as 'spring 2021' or 'last Friday'",
+        )
+    return window
 
 
 def _positive_id(field: str, value: object) -> int:

@@ -7,7 +7,9 @@ memory: ``memory`` (its text, required), ``user_id`` (the resource, unless the
 caller names one), ``created_at`` and ``updated_at`` (kept; a time without a
 UTC offset is read as UTC), ``id`` (named in errors only). ``hash``,
 ``metadata``, ``categories``, ``agent_id``, ``run_id`` and anything else are
-ignored: a fact has no place for them.
+ignored: a fact has no place for them. Each fact's event clock is read from its
+text against its ``created_at`` (docs/time.md); a memory without ``created_at``
+has none.
 
 The document is read memory by memory (``reading.DocumentReader``), checked
 in batches off the event loop and staged in a temporary table, as a popagent
@@ -34,6 +36,8 @@ import psycopg
 from ..checks import check_id, check_text
 from ..errors import ConflictError, ValidationError
 from ..memory.longterm import sha256_hex
+from ..memory.manage import event_params
+from ..memory.temporal import event_window
 from ..memory.validation import normalize_fact_content
 from ..offload import json_size, off_loop
 from ..store import portable_import as sql
@@ -81,12 +85,16 @@ def _fact(item: object, where: str, override: str | None) -> dict[str, Any]:
         resource = check_id(f"{where}.user_id", check_text(f"{where}.user_id", item["user_id"]))
     created_at = _time(item, "created_at", where)
     updated_at = _time(item, "updated_at", where) or created_at
+    # The event clock as any fact write reads it from its text, against when the memory
+    # was written; without that time a relative phrase would be a guess: none.
+    event = event_window(content, created_at) if created_at is not None else None
     return {
         "resource_id": resource,
         "content": content,
         "sha": sha256_hex(content),
         "created_at": created_at,
         "updated_at": max(updated_at, created_at) if updated_at and created_at else None,
+        **event_params(event),
     }
 
 

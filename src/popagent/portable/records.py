@@ -31,6 +31,7 @@ from ..checks import check_id, check_new_session_id, check_text, is_blank
 from ..credentials import redacted
 from ..errors import ValidationError
 from ..memory.longterm import sha256_hex
+from ..memory.temporal import PRECISIONS
 from ..memory.validation import (
     ASSISTANT_TEXT_CAP,
     USER_TEXT_CAP,
@@ -87,6 +88,8 @@ _BIGINT_MAX = 2**63 - 1
 #: Counts, generations and versions are 32-bit columns.
 _INT_MAX = 2**31 - 1
 _PROVENANCE_FIELDS = ("origin", "turn_id", "message_ids", "tool_call_id")
+#: The event clock (docs/time.md); absent or null in a record: unknown.
+_EVENT_FIELDS = ("happened_start", "happened_end", "happened_precision", "happened_phrase")
 #: The fields of each record type besides ``type``: exactly what an export writes.
 FIELDS: dict[str, frozenset[str]] = {
     "settings": frozenset({"settings"}),
@@ -107,7 +110,7 @@ FIELDS: dict[str, frozenset[str]] = {
     "observation_actor": frozenset({"session_id", "actor", "recorded_at"}),
     "fact": frozenset(
         {"id", "key", "content", "content_sha256", "importance", "session_id", "expires_at"}
-        | {"version", "created_at", "updated_at", *_PROVENANCE_FIELDS}
+        | {"version", "created_at", "updated_at", *_PROVENANCE_FIELDS, *_EVENT_FIELDS}
     ),
     "fact_version": frozenset(
         {"fact_id", "version", "key", "content", "content_sha256", "importance", "expires_at"}
@@ -117,6 +120,7 @@ FIELDS: dict[str, frozenset[str]] = {
     "episode": frozenset(
         {"id", "session_id", "content", "content_sha256", "importance", "created_at"}
         | set(_PROVENANCE_FIELDS)
+        | set(_EVENT_FIELDS)
     ),
     "secret": frozenset(
         {"name", "ciphertext", "nonce", "key_id", "created_at", "updated_at", "last_used_at"}
@@ -298,6 +302,32 @@ def _fact_value(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _event(obj: dict[str, Any]) -> dict[str, Any]:
+    """A memory's event clock as the write path stores it: all four fields absent or
+    null (unknown; an export from before migration 0021 has none), or an interval
+    with its precision and, optionally, the words it was read from."""
+    start = _time(obj, "happened_start", optional=True)
+    end = _time(obj, "happened_end", optional=True)
+    precision = obj.get("happened_precision")
+    phrase = _text(obj, "happened_phrase", optional=True, cap=200)
+    if start is None and end is None and precision is None and phrase is None:
+        return dict.fromkeys(_EVENT_FIELDS)
+    if start is None or end is None or end <= start:
+        raise ValidationError(
+            "happened_end", "must be after happened_start (or the event clock left out whole)"
+        )
+    if precision not in PRECISIONS:
+        raise ValidationError("happened_precision", f"must be one of {', '.join(PRECISIONS)}")
+    if phrase is not None and is_blank(phrase):
+        raise ValidationError("happened_phrase", "must not be empty")
+    return {
+        "happened_start": start,
+        "happened_end": end,
+        "happened_precision": precision,
+        "happened_phrase": None if phrase is None else redacted(phrase),
+    }
+
+
 # --- records --------------------------------------------------------------------------------
 
 
@@ -432,6 +462,7 @@ def _fact(obj: dict[str, Any]) -> dict[str, Any]:
         **_fact_value(obj),
         "version": _count(obj, "version", low=1),
         **_times(obj),
+        **_event(obj),
     }
 
 
@@ -466,6 +497,7 @@ def _episode(obj: dict[str, Any]) -> dict[str, Any]:
         "importance": check_importance(_get(obj, "importance", False)),
         **_provenance(obj),
         "created_at": _time(obj, "created_at"),
+        **_event(obj),
     }
 
 

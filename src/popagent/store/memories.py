@@ -22,8 +22,11 @@ from .database import Conn
 from .recall_stats import counted
 
 __all__ = [
+    "EVENT_COLUMNS",
     "MEMORY_COLUMNS",
     "MEMORY_WIDTH",
+    "NO_EVENT",
+    "EpisodeRow",
     "cleanup",
     "conflict_error",
     "converted_columns",
@@ -76,8 +79,14 @@ def tuple_to_memory(row: Sequence[Any]) -> Memory:
     return Memory(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9],
         row[10], row[11], row[12], row[13], tuple(row[14] or ()), row[15], row[16], row[17],
-        tuple(row[18] or ()), row[19], row[20],
+        tuple(row[18] or ()), row[19], row[20], row[21], row[22], row[23], row[24],
     )  # fmt: skip
+
+
+#: The event clock's columns (migration 0021), the ``Memory`` fields of the same names.
+EVENT_COLUMNS = ("happened_start", "happened_end", "happened_precision", "happened_phrase")
+#: The parameters of a write whose event clock is unknown.
+NO_EVENT: dict[str, Any] = dict.fromkeys(EVENT_COLUMNS)
 
 
 def provenance_params(provenance: Provenance | None) -> dict[str, Any]:
@@ -93,16 +102,23 @@ def provenance_params(provenance: Provenance | None) -> dict[str, Any]:
 
 # --- episodes -------------------------------------------------------------------------------
 
+#: One episode of a bulk insert: session_id, content, its SHA-256, created_at (``None``:
+#: now), then its event clock's columns (``EVENT_COLUMNS``, all ``None``: unknown).
+EpisodeRow = tuple[
+    str, str, str, datetime | None, datetime | None, datetime | None, str | None, str | None
+]
+
 # Every statement that inserts or deletes memories counts them in recall's
 # statistics itself (``store.recall_stats``: no trigger does since migration 0015).
 INSERT_EPISODE = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, session_id, kind, content, content_sha256, importance, created_at,
-         updated_at, origin, turn_id, message_ids, tool_call_id)
+         updated_at, origin, turn_id, message_ids, tool_call_id, {", ".join(EVENT_COLUMNS)})
     VALUES (%(resource_id)s, %(session_id)s, 'episode', %(content)s, %(sha)s, %(importance)s,
             coalesce(%(created_at)s, now()), coalesce(%(created_at)s, now()),
-            %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s)
+            %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s,
+            %(happened_start)s, %(happened_end)s, %(happened_precision)s, %(happened_phrase)s)
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
     RETURNING {MEMORY_COLUMNS}, search_vector
 ), {counted("written", 1)}
@@ -119,11 +135,15 @@ INSERT_EPISODES = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, session_id, kind, content, content_sha256, importance, created_at,
-         updated_at, origin)
+         updated_at, origin, {", ".join(EVENT_COLUMNS)})
     SELECT %(resource_id)s, t.session_id, 'episode', t.content, t.sha, %(importance)s,
-           coalesce(t.created_at, now()), coalesce(t.created_at, now()), %(origin)s
+           coalesce(t.created_at, now()), coalesce(t.created_at, now()), %(origin)s,
+           t.happened_start, t.happened_end, t.happened_precision, t.happened_phrase
     FROM unnest(%(session_ids)s::text[], %(contents)s::text[], %(shas)s::text[],
-                %(created)s::timestamptz[]) AS t(session_id, content, sha, created_at)
+                %(created)s::timestamptz[], %(starts)s::timestamptz[], %(ends)s::timestamptz[],
+                %(precisions)s::text[], %(phrases)s::text[])
+         AS t(session_id, content, sha, created_at,
+              happened_start, happened_end, happened_precision, happened_phrase)
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
     RETURNING resource_id, search_vector, content
 ), {counted("written", 1)}
@@ -141,9 +161,12 @@ async def insert_episode(
     importance: float,
     created_at: datetime | None,
     provenance: Provenance | None = None,
+    event: dict[str, Any] | None = None,
 ) -> tuple[Memory, bool]:
-    """Insert one episode or find its identical twin; ``(memory, inserted)``."""
+    """Insert one episode or find its identical twin; ``(memory, inserted)``.
+    ``event``: its event clock's columns (``EVENT_COLUMNS``; ``None``: unknown)."""
     params = {
+        **(event or NO_EVENT),
         "resource_id": resource_id,
         "session_id": session_id,
         "content": content,
@@ -169,13 +192,14 @@ async def insert_episodes(
     *,
     resource_id: str,
     importance: float,
-    rows: Sequence[tuple[str, str, str, datetime | None]],
+    rows: Sequence[EpisodeRow],
     origin: str = "library",
 ) -> int:
-    """Bulk insert ``(session_id, content, sha, created_at)`` rows; return how many were new."""
+    """Bulk insert ``EpisodeRow``s; return how many were new."""
     if not rows:
         return 0
-    session_ids, contents, shas, created = (list(col) for col in zip(*rows, strict=True))
+    columns = [list(col) for col in zip(*rows, strict=True)]
+    session_ids, contents, shas, created, starts, ends, precisions, phrases = columns
     cur = await conn.execute(
         INSERT_EPISODES,
         {
@@ -186,6 +210,10 @@ async def insert_episodes(
             "contents": contents,
             "shas": shas,
             "created": created,
+            "starts": starts,
+            "ends": ends,
+            "precisions": precisions,
+            "phrases": phrases,
         },
     )
     row = await cur.fetchone()
@@ -196,11 +224,16 @@ async def insert_episodes(
 
 _FACT_COLUMNS = """
     (resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
-     origin, turn_id, message_ids, tool_call_id, based_on)"""
+     origin, turn_id, message_ids, tool_call_id, based_on,
+     happened_start, happened_end, happened_precision, happened_phrase)"""
 _FACT_VALUES = """
 VALUES (%(resource_id)s, %(session_id)s, 'fact', %(key)s, %(content)s, %(sha)s, %(importance)s,
         %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s,
-        %(based_on)s)"""
+        %(based_on)s,
+        %(happened_start)s, %(happened_end)s, %(happened_precision)s, %(happened_phrase)s)"""
+# A new value of a fact (its content, importance or expiry changed) takes the event
+# clock written with it; an unchanged one keeps the clock it was first told with.
+_NEW_EVENT = ", ".join(f"{c} = EXCLUDED.{c}" for c in EVENT_COLUMNS)
 # A changed value is the fact's next version and records who changed it: the
 # provenance (and session) is always the current value's writer's. The trigger
 # of migration 0012 keeps the replaced value as a version. (The statement, not a
@@ -229,7 +262,7 @@ ON CONFLICT (resource_id, key) WHERE kind = 'fact' AND key IS NOT NULL DO UPDATE
 SET content = EXCLUDED.content,
     content_sha256 = EXCLUDED.content_sha256,
     importance = EXCLUDED.importance,
-    expires_at = EXCLUDED.expires_at, {_NEW_PROVENANCE}
+    expires_at = EXCLUDED.expires_at, {_NEW_EVENT}, {_NEW_PROVENANCE}
 WHERE (popagent_memories.content, popagent_memories.importance, popagent_memories.expires_at,
        popagent_memories.based_on)
       IS DISTINCT FROM (EXCLUDED.content, EXCLUDED.importance, EXCLUDED.expires_at,
@@ -268,19 +301,29 @@ RETURNING {MEMORY_COLUMNS}, search_vector
 SELECT {MEMORY_COLUMNS} FROM written
 """
 
-# Only a real change touches the row (and so makes a version).
+# Only a real change touches the row; only a change of the value (content, key,
+# importance, expiry, sources) makes a version and a new version number, so that a new event
+# clock alone (happened_at) is written in place.
+_VALUE_CHANGED = """(content, key, importance, expires_at, based_on)
+      IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz,
+                        %(based_on)s::jsonb)"""
 UPDATE_FACT = f"""
 UPDATE popagent_memories
 SET content = %(content)s, content_sha256 = %(sha)s, key = %(key)s,
     importance = %(importance)s, expires_at = %(expires_at)s,
     session_id = %(session_id)s, origin = %(origin)s, turn_id = %(turn_id)s,
     message_ids = %(message_ids)s, tool_call_id = %(tool_call_id)s, updated_at = now(),
-    based_on = %(based_on)s, stale_since = NULL, stale_source = NULL,
-    version = version + 1
+    based_on = %(based_on)s,
+    stale_since = CASE WHEN {_VALUE_CHANGED} THEN NULL ELSE stale_since END,
+    stale_source = CASE WHEN {_VALUE_CHANGED} THEN NULL ELSE stale_source END,
+    version = version + CASE WHEN {_VALUE_CHANGED} THEN 1 ELSE 0 END,
+    happened_start = %(happened_start)s, happened_end = %(happened_end)s,
+    happened_precision = %(happened_precision)s, happened_phrase = %(happened_phrase)s
 WHERE resource_id = %(resource_id)s AND id = %(id)s AND kind = 'fact'
-  AND (content, key, importance, expires_at, based_on)
-      IS DISTINCT FROM (%(content)s, %(key)s, %(importance)s::float8, %(expires_at)s::timestamptz,
-                        %(based_on)s::jsonb)
+  AND ({_VALUE_CHANGED}
+       OR (happened_start, happened_end, happened_precision, happened_phrase)
+          IS DISTINCT FROM (%(happened_start)s::timestamptz, %(happened_end)s::timestamptz,
+                            %(happened_precision)s::text, %(happened_phrase)s::text))
 RETURNING {MEMORY_COLUMNS}
 """
 

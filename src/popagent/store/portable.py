@@ -18,9 +18,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .database import Conn
+from .memories import EVENT_COLUMNS
 
 __all__ = ["EXPORT_QUERIES", "rows"]
 
+#: The event clock (migration 0021): null where it is unknown.
+_EVENT = ", ".join(EVENT_COLUMNS)
 _PROVENANCE = "origin, turn_id, message_ids, tool_call_id"
 
 #: What an export reads, by record type, in the order it writes them.
@@ -55,7 +58,7 @@ WHERE resource_id = %(resource_id)s ORDER BY session_id
 """,
     "fact": f"""
 SELECT id, key, content, content_sha256, importance, session_id, {_PROVENANCE}, expires_at,
-       version, created_at, updated_at
+       version, created_at, updated_at, {_EVENT}
 FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'fact' ORDER BY id
 """,
@@ -66,7 +69,7 @@ FROM popagent_fact_versions
 WHERE resource_id = %(resource_id)s ORDER BY fact_id, version
 """,
     "episode": f"""
-SELECT id, session_id, content, content_sha256, importance, {_PROVENANCE}, created_at
+SELECT id, session_id, content, content_sha256, importance, {_PROVENANCE}, created_at, {_EVENT}
 FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'episode' ORDER BY created_at, id
 """,

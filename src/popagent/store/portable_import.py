@@ -34,6 +34,7 @@ from typing import Any
 from psycopg import sql
 
 from .database import Conn
+from .memories import EVENT_COLUMNS
 from .recall_stats import MESSAGE_BYTES, counted, thread_counted
 
 __all__ = [
@@ -116,7 +117,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "created_at",
     ),
     "observation_actor": ("session_id", "actor", "recorded_at"),
-    "fact": ("id", *_FACT_VALUE_COLUMNS, "version", "created_at", "updated_at"),
+    "fact": ("id", *_FACT_VALUE_COLUMNS, "version", "created_at", "updated_at", *EVENT_COLUMNS),
     "fact_version": (
         "fact_id",
         "version",
@@ -135,6 +136,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "importance",
         *_PROVENANCE_COLUMNS,
         "created_at",
+        *EVENT_COLUMNS,
     ),
     "secret": (
         "name",
@@ -150,6 +152,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 _PROVENANCE = """
     origin text NOT NULL, turn_id bigint, message_ids bigint[], tool_call_id text"""
+_EVENT = """happened_start timestamptz, happened_end timestamptz, happened_precision text,
+    happened_phrase text"""
 
 
 def _staging(record_type: str, columns: str) -> str:
@@ -193,7 +197,7 @@ _STAGED: dict[str, str] = {
     "fact": f"""id bigint NOT NULL, key text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, expires_at timestamptz,
     session_id text, {_PROVENANCE}, version integer NOT NULL,
-    created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
+    created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, {_EVENT},
     target_id bigint, target_version integer, same boolean, new_id bigint""",
     # in_file: the record's fact is a fact record of the file; target_id: where the
     # version goes (NULL: skipped).
@@ -205,7 +209,7 @@ _STAGED: dict[str, str] = {
     in_file boolean NOT NULL DEFAULT false, target_id bigint""",
     "episode": f"""id bigint NOT NULL, session_id text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, {_PROVENANCE},
-    created_at timestamptz NOT NULL""",
+    created_at timestamptz NOT NULL, {_EVENT}""",
     "secret": """name text NOT NULL, ciphertext bytea NOT NULL,
     nonce bytea NOT NULL, key_id text NOT NULL, created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL, last_used_at timestamptz, expires_at timestamptz,
@@ -670,10 +674,12 @@ INSERT_FACTS = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, id, session_id, kind, key, content, content_sha256, importance,
-         expires_at, origin, turn_id, message_ids, tool_call_id, version, created_at, updated_at)
+         expires_at, origin, turn_id, message_ids, tool_call_id, version, created_at, updated_at,
+         {", ".join(EVENT_COLUMNS)})
     OVERRIDING SYSTEM VALUE
     SELECT %(resource_id)s, f.new_id, f.session_id, 'fact', f.key, f.content, f.sha,
-           f.importance, f.expires_at, {_provenance("f")}, f.version, f.created_at, f.updated_at
+           f.importance, f.expires_at, {_provenance("f")}, f.version, f.created_at, f.updated_at,
+           {", ".join("f." + c for c in EVENT_COLUMNS)}
     FROM import_fact f WHERE f.new_id IS NOT NULL ORDER BY f.new_id
     RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
@@ -735,9 +741,10 @@ INSERT_EPISODES = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, session_id, kind, content, content_sha256, importance, origin, turn_id,
-         message_ids, tool_call_id, created_at, updated_at)
+         message_ids, tool_call_id, created_at, updated_at, {", ".join(EVENT_COLUMNS)})
     SELECT %(resource_id)s, e.session_id, 'episode', e.content, e.sha, e.importance,
-           {_provenance("e")}, e.created_at, e.created_at
+           {_provenance("e")}, e.created_at, e.created_at,
+           {", ".join("e." + c for c in EVENT_COLUMNS)}
     FROM import_episode e ORDER BY e.created_at, e.id
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
     RETURNING resource_id, id, search_vector, content
@@ -811,12 +818,14 @@ def copy_row(values: Sequence[object]) -> str:
 
 # --- Mem0 ---------------------------------------------------------------------------------
 
-MEM0_COLUMNS = ("position", "resource_id", "content", "sha", "created_at", "updated_at")
+MEM0_COLUMNS = (
+    "position", "resource_id", "content", "sha", "created_at", "updated_at", *EVENT_COLUMNS
+)  # fmt: skip
 
-STAGING_MEM0 = """
+STAGING_MEM0 = f"""
 CREATE TEMPORARY TABLE import_mem0 (
     position bigint NOT NULL, resource_id text NOT NULL, content text NOT NULL,
-    sha text NOT NULL, created_at timestamptz, updated_at timestamptz
+    sha text NOT NULL, created_at timestamptz, updated_at timestamptz, {_EVENT}
 ) ON COMMIT DROP"""
 
 COPY_MEM0 = f"COPY import_mem0 ({', '.join(MEM0_COLUMNS)}) FROM STDIN"
@@ -827,9 +836,10 @@ INSERT_MEM0 = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, kind, content, content_sha256, importance, origin, version, created_at,
-         updated_at)
+         updated_at, {", ".join(EVENT_COLUMNS)})
     SELECT resource_id, 'fact', content, sha, %(importance)s, 'import', 1,
-           coalesce(created_at, now()), coalesce(updated_at, created_at, now())
+           coalesce(created_at, now()), coalesce(updated_at, created_at, now()),
+           {", ".join(EVENT_COLUMNS)}
     FROM import_mem0 ORDER BY position
     ON CONFLICT (resource_id, kind, content_sha256) WHERE key IS NULL DO NOTHING
     RETURNING resource_id, id, search_vector, content

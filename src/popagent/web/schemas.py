@@ -81,6 +81,19 @@ BasedOn = Annotated[
 ]
 #: A moment of recall: a date or an ISO 8601 time with a zone (the library parses it).
 Moment = Annotated[str, Field(min_length=1, max_length=64)]
+#: When what a fact tells happened or since when it holds (its event clock,
+#: docs/time.md): a date, a month, a year, a timestamp or a phrase of the grammar.
+HappenedAt = Annotated[
+    str | None,
+    Field(
+        max_length=200,
+        description=(
+            "When it happened or since when it holds: 2023-07-28, 2023-07, 2021, an ISO 8601 "
+            "time, or a phrase such as 'spring 2021' or 'last Friday' (read against now). "
+            "Left out: read from the content, if it names a time."
+        ),
+    ),
+]
 
 
 class _FactValue(_Strict):
@@ -94,6 +107,8 @@ class _FactValue(_Strict):
     #: When the fact ends: after it, recall never returns it and maintenance removes it.
     expires_at: ExpiresAt = None
     based_on: BasedOn | None = None
+    #: Its event clock (``HappenedAt``).
+    happened_at: HappenedAt = None
 
 
 class FactPut(_FactValue):
@@ -118,6 +133,7 @@ class FactUpdate(_Strict):
     expires_at: ExpiresAt = None
     #: Replaces the fact's sources; ``[]`` removes them.
     based_on: BasedOn | None = None
+    happened_at: HappenedAt = None
 
 
 class FactRestore(_Strict):

@@ -261,7 +261,8 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memor
     given = body.model_fields_set
     if not given:
         raise ValidationError(
-            "body", "name at least one of content, key, importance, expires_at, based_on"
+            "body",
+            "name at least one of content, key, importance, expires_at, based_on, happened_at",
         )
     for name in ("content", "importance"):
         if name in given and getattr(body, name) is None:
@@ -277,6 +278,7 @@ async def update_fact(request: Request, id: MemoryId, body: FactUpdate) -> Memor
         expires_at=body.expires_at,
         clear_expiry="expires_at" in given and body.expires_at is None,
         based_on=body.based_on,
+        happened_at=body.happened_at,
         provenance=API_WRITE,
     )
     return fact
