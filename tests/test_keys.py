@@ -167,6 +167,7 @@ async def test_a_key_is_refused_once_revoked_or_expired(
         await store.create(resource, "x", "owner")
 
 
+@pytest.mark.plain_postgresql
 async def test_multi_resource_mode_takes_the_resource_from_the_key(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -235,6 +236,7 @@ async def test_multi_resource_mode_takes_the_resource_from_the_key(
     assert uses["w"] >= 2 and uses["r"] >= 2
 
 
+@pytest.mark.plain_postgresql
 async def test_gui_login_and_chat_with_a_key(
     database_url: str, memory: popagent.LongTermMemory, scripted: ScriptedModelServer
 ) -> None:
@@ -283,6 +285,7 @@ async def popagent_sessions(memory: popagent.LongTermMemory, resource: str) -> l
     return list(await ThreadStore(memory.pool).list_sessions(resource))
 
 
+@pytest.mark.plain_postgresql
 async def test_mcp_http_takes_the_resource_from_the_key(
     database_url: str, memory: popagent.LongTermMemory, tmp_path: Path
 ) -> None:
@@ -321,6 +324,7 @@ async def test_mcp_http_takes_the_resource_from_the_key(
     assert await memory.list("unused-resource", MemoryFilter(kind="fact")) == []
 
 
+@pytest.mark.plain_postgresql
 async def test_mcp_http_applies_the_key_rate_and_the_storage_quota(
     database_url: str, memory: popagent.LongTermMemory, tmp_path: Path
 ) -> None:
@@ -381,6 +385,7 @@ def test_key_burst_needs_a_rate(database_url: str) -> None:
         assert "key_burst" in result.output and "--key-rate" in result.output
 
 
+@pytest.mark.plain_postgresql
 async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -486,6 +491,7 @@ async def test_a_process_refuses_a_key_it_found_empty_without_the_database(
     await other.aclose()
 
 
+@pytest.mark.plain_postgresql
 async def test_storage_quota_counts_memories_from_the_statistics(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -529,6 +535,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
     assert await store.usage(f"res-{uuid.uuid4().hex}") == (0, 0)
 
 
+@pytest.mark.plain_postgresql
 async def test_revocation_is_immediate_across_serve_workers(
     tmp_path: Path, database_url: str, memory: popagent.LongTermMemory, resource: str
 ) -> None:
@@ -562,6 +569,7 @@ async def test_revocation_is_immediate_across_serve_workers(
         serve.stop()
 
 
+@pytest.mark.plain_postgresql
 async def test_rate_bucket_is_shared_by_serve_workers(
     tmp_path: Path, database_url: str, memory: popagent.LongTermMemory, resource: str
 ) -> None:
