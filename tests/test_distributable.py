@@ -128,6 +128,8 @@ async def test_every_table_leads_with_resource_id(memory: popagent.LongTermMemor
 
 
 async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -> None:
+    # Both queries read the tables from pg_class, which Citus filters: on a coordinator
+    # that holds reference tables' shards, their constraints are the shards' own.
     async with memory.pool.connection() as conn:
         cur = await conn.execute(
             """
@@ -144,7 +146,7 @@ async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -
         unique = await cur.fetchall()
         cur = await conn.execute(
             """
-            SELECT conrelid::regclass::text AS table_name, conname,
+            SELECT c.relname AS table_name, conname,
                    ARRAY(SELECT a.attname::text FROM unnest(conkey) WITH ORDINALITY AS k(n, o)
                          JOIN pg_attribute a ON a.attrelid = conrelid AND a.attnum = k.n
                          ORDER BY k.o)
@@ -153,7 +155,7 @@ async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -
                          JOIN pg_attribute a ON a.attrelid = confrelid AND a.attnum = k.n
                          ORDER BY k.o)
                        AS referenced
-            FROM pg_constraint
+            FROM pg_constraint JOIN pg_class c ON c.oid = conrelid
             WHERE contype = 'f' AND connamespace = 'public'::regnamespace
             """
         )
