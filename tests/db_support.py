@@ -44,6 +44,7 @@ __all__ = [
     "creates_databases",
     "given_database_url",
     "prepare_given_database",
+    "runs_on_citus",
     "scratch_database",
 ]
 
@@ -96,6 +97,19 @@ def given_database_url() -> str | None:
             "process (-n 0)"
         )
     return url.replace("{worker}", worker or "main")
+
+
+def runs_on_citus() -> bool:
+    """Whether this is the suite's Citus mode: it runs in a given database (never one
+    it creates) that has the ``citus`` extension, whose tables its
+    ``AFTER_MIGRATE_ENV`` hook distributes. Asked once per test process, at collection."""
+    url = given_database_url()
+    if url is None or creates_databases():
+        return False
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')")
+        found = row.fetchone()
+    return found is not None and bool(found[0])
 
 
 def prepare_given_database(url: str) -> list[int]:

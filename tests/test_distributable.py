@@ -13,8 +13,12 @@ And the rules Citus enforces on the statements themselves, each of which an
 earlier version broke (found by running the suite on a cluster, docs/scaling.md):
 
 - no statement-level trigger and no transition table on a distributed table;
-- no function that is not immutable in ``ON CONFLICT ... DO UPDATE``, and no
-  volatile one (``clock_timestamp()``, ``random()``) in a write;
+- no function that is not immutable in ``ON CONFLICT ... DO UPDATE``, nor inside
+  CASE or COALESCE of an UPDATE or DELETE, and no volatile one
+  (``clock_timestamp()``, ``random()``) in a write: on reference tables as on
+  distributed ones, and for operators as for functions called by name
+  (``timestamptz - interval`` is stable), which PostgreSQL's own parse tree of
+  each statement shows (``tests/sql_tree.py``);
 - every reference to a distributed table, at its own query level, carries an
   equality on its ``resource_id``: that is what sends a statement to the one
   shard of the resource;
@@ -45,6 +49,7 @@ from tests.sql_text import (
     strip,
     writes,
 )
+from tests.sql_tree import parse_tree, write_rule_breaches
 
 # Reference tables (replicated to every node, not distributed).
 REFERENCE_TABLES = {
@@ -123,6 +128,8 @@ async def test_every_table_leads_with_resource_id(memory: popagent.LongTermMemor
 
 
 async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -> None:
+    # Both queries read the tables from pg_class, which Citus filters: on a coordinator
+    # that holds reference tables' shards, their constraints are the shards' own.
     async with memory.pool.connection() as conn:
         cur = await conn.execute(
             """
@@ -139,7 +146,7 @@ async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -
         unique = await cur.fetchall()
         cur = await conn.execute(
             """
-            SELECT conrelid::regclass::text AS table_name, conname,
+            SELECT c.relname AS table_name, conname,
                    ARRAY(SELECT a.attname::text FROM unnest(conkey) WITH ORDINALITY AS k(n, o)
                          JOIN pg_attribute a ON a.attrelid = conrelid AND a.attnum = k.n
                          ORDER BY k.o)
@@ -148,7 +155,7 @@ async def test_every_key_includes_resource_id(memory: popagent.LongTermMemory) -
                          JOIN pg_attribute a ON a.attrelid = confrelid AND a.attnum = k.n
                          ORDER BY k.o)
                        AS referenced
-            FROM pg_constraint
+            FROM pg_constraint JOIN pg_class c ON c.oid = conrelid
             WHERE contype = 'f' AND connamespace = 'public'::regnamespace
             """
         )
@@ -446,13 +453,14 @@ async def test_updates_and_deletes_keep_stable_functions_out_of_case_and_coalesc
 ) -> None:
     """Citus evaluates a stable function of an UPDATE or DELETE once, on the coordinator,
     but refuses one inside CASE or COALESCE: using a secret (``coalesce(%(now)s, now())``)
-    failed, and so did every agent turn that read one."""
+    failed, and so did every agent turn that read one. A reference table is no
+    exception: every key's request failed on ``popagent_api_keys``."""
     volatility = await _volatility(memory)
-    distributed = await _distributed(memory)
+    tables = set(await _tables(memory))
     seen, wrong = 0, []
     for module, name, text in await _sql_and_functions(memory):
         for table, part in conditional_parts(strip(text)):
-            if table not in distributed:
+            if table not in tables:
                 continue
             seen += 1
             bad = sorted(f for f in calls(part) if volatility.get(f, "i") != "i")
@@ -460,3 +468,93 @@ async def test_updates_and_deletes_keep_stable_functions_out_of_case_and_coalesc
                 wrong.append(f"{module}.{name}: {bad}")
     assert seen >= 1, "the scan should see the conditional expressions of writes"
     assert wrong == [], f"stable or volatile functions in CASE or COALESCE of writes: {wrong}"
+
+
+# What Citus refused on a cluster, each found by the parse tree where the scan of
+# names saw nothing: a stable operator in DO UPDATE SET (every failed login
+# answered 500), ``now()`` inside CASE of an UPDATE of a reference table, in a
+# modifying CTE (every key's request was refused).
+_REFUSED_BY_CITUS = {
+    "login failures": (
+        """
+        INSERT INTO popagent_login_failures AS f (client, window_started, failures)
+        VALUES (%(client)s, now(), 1)
+        ON CONFLICT (client) DO UPDATE SET
+            failures = CASE WHEN f.window_started <= EXCLUDED.window_started
+                                 - %(window)s::interval
+                            THEN 1 ELSE f.failures + 1 END
+        """,
+        ("popagent_login_failures", "do update", "timestamptz_mi_interval"),
+    ),
+    "key bucket": (
+        """
+        WITH used AS (
+            UPDATE popagent_api_keys k SET
+                rate_at = CASE WHEN k.rate_tokens IS NULL THEN NULL
+                               ELSE greatest(now(), k.rate_at) END
+            WHERE k.key_sha256 = %(key_sha256)s
+            RETURNING k.id
+        )
+        SELECT id FROM used
+        """,
+        ("popagent_api_keys", "case", "now"),
+    ),
+}
+
+
+async def _write_rule_breaches(
+    memory: popagent.LongTermMemory, texts: list[tuple[str, str, str]]
+) -> tuple[set[tuple[str, str]], list[tuple[str, str, tuple[str, str, str]]]]:
+    """Which of ``texts`` PostgreSQL prepared, and each breach of Citus's rules for
+    writes (``sql_tree.write_rule_breaches``) in them, over every popagent table."""
+    async with memory.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT c.oid::text AS oid, c.relname FROM pg_class c"
+            " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')"
+            " AND c.relname LIKE 'popagent\\_%'"
+        )
+        tables = {r["oid"]: r["relname"] for r in await cur.fetchall()}
+        cur = await conn.execute(
+            "SELECT oid::text AS oid, proname FROM pg_proc WHERE provolatile <> 'i'"
+        )
+        mutable = {r["oid"]: r["proname"] for r in await cur.fetchall()}
+        parsed, found = set(), []
+        for module, name, text in texts:
+            tree = await parse_tree(conn, text)
+            if tree is None:
+                continue
+            parsed.add((module, name))
+            found += [(module, name, b) for b in write_rule_breaches(tree, tables, mutable)]
+    assert len(tables) >= 15, "the popagent tables should be there"
+    return parsed, found
+
+
+async def test_the_parse_tree_finds_what_citus_refused(memory: popagent.LongTermMemory) -> None:
+    """The statements Citus refused on a cluster, in their earlier forms, each breach
+    the rule it broke: by an operator's function, in a modifying CTE, on a
+    reference table."""
+    texts = [("refused", name, text) for name, (text, _) in _REFUSED_BY_CITUS.items()]
+    parsed, found = await _write_rule_breaches(memory, texts)
+    assert parsed == {("refused", name) for name in _REFUSED_BY_CITUS}
+    assert sorted(found) == sorted(
+        ("refused", name, breach) for name, (_, breach) in _REFUSED_BY_CITUS.items()
+    )
+
+
+async def test_writes_run_no_mutable_function_or_operator_where_citus_refuses_one(
+    memory: popagent.LongTermMemory,
+) -> None:
+    """Every statement of ``store/`` that PostgreSQL prepares alone, read from its parse
+    tree: nothing that is not immutable, function or operator, inside CASE or
+    COALESCE of an UPDATE or DELETE, nor in ``ON CONFLICT ... DO UPDATE``, of any
+    popagent table, distributed or reference."""
+    statements = _statements()
+    parsed, found = await _write_rule_breaches(memory, statements)
+    credentials = {("keys", "AUTHENTICATE_KEY"), ("keys", "SPEND_KEY"), ("keys", "RECORD_FAILURE")}
+    assert credentials <= parsed, "the credential statements should be read"
+    assert len(parsed) >= 0.8 * len(statements), f"only {len(parsed)} of {len(statements)} read"
+    wrong = [
+        f"{module}.{name}: {function} in {rule} of {table}"
+        for module, name, (table, rule, function) in found
+    ]
+    assert wrong == [], f"not immutable where Citus refuses it: {wrong}"

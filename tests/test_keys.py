@@ -167,6 +167,7 @@ async def test_a_key_is_refused_once_revoked_or_expired(
         await store.create(resource, "x", "owner")
 
 
+@pytest.mark.plain_postgresql
 async def test_multi_resource_mode_takes_the_resource_from_the_key(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -239,6 +240,7 @@ async def test_multi_resource_mode_takes_the_resource_from_the_key(
     assert uses["w"] >= 2 and uses["r"] >= 2
 
 
+@pytest.mark.plain_postgresql
 async def test_gui_login_and_chat_with_a_key(
     database_url: str, memory: popagent.LongTermMemory, scripted: ScriptedModelServer
 ) -> None:
@@ -287,6 +289,7 @@ async def popagent_sessions(memory: popagent.LongTermMemory, resource: str) -> l
     return list(await ThreadStore(memory.pool).list_sessions(resource))
 
 
+@pytest.mark.plain_postgresql
 async def test_mcp_http_takes_the_resource_from_the_key(
     database_url: str, memory: popagent.LongTermMemory, tmp_path: Path
 ) -> None:
@@ -334,6 +337,7 @@ async def test_mcp_http_takes_the_resource_from_the_key(
     assert await memory.list("unused-resource", MemoryFilter(kind="fact")) == []
 
 
+@pytest.mark.plain_postgresql
 async def test_mcp_http_applies_the_key_rate_and_the_storage_quota(
     database_url: str, memory: popagent.LongTermMemory, tmp_path: Path
 ) -> None:
@@ -394,6 +398,7 @@ def test_key_burst_needs_a_rate(database_url: str) -> None:
         assert "key_burst" in result.output and "--key-rate" in result.output
 
 
+@pytest.mark.plain_postgresql
 async def test_per_key_rate_is_a_token_bucket_shared_by_two_servers(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -506,6 +511,7 @@ async def test_a_process_refuses_a_key_it_found_empty_without_the_database(
     await other.aclose()
 
 
+@pytest.mark.plain_postgresql
 async def test_storage_quota_counts_memories_from_the_statistics(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -550,6 +556,7 @@ async def test_storage_quota_counts_memories_from_the_statistics(
     assert await store.usage(unknown) == Usage(unknown, 0, 0, 0)
 
 
+@pytest.mark.plain_postgresql
 async def test_revocation_is_immediate_across_serve_workers(
     tmp_path: Path, database_url: str, memory: popagent.LongTermMemory, resource: str
 ) -> None:
@@ -588,6 +595,7 @@ async def test_revocation_is_immediate_across_serve_workers(
         serve.stop()
 
 
+@pytest.mark.plain_postgresql
 async def test_rate_bucket_is_shared_by_serve_workers(
     tmp_path: Path, database_url: str, memory: popagent.LongTermMemory, resource: str
 ) -> None:

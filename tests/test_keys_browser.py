@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from playwright.async_api import Browser, Page, expect
 
 import popagent
@@ -53,6 +54,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
+@pytest.mark.plain_postgresql
 async def test_an_admin_login_creates_uses_and_revokes_a_key_in_the_browser(
     browser: Browser,  # noqa: F811 (the imported fixture)
     database_url: str,
@@ -155,6 +157,7 @@ async def test_an_admin_login_creates_uses_and_revokes_a_key_in_the_browser(
         w.assert_clean()
 
 
+@pytest.mark.plain_postgresql
 async def test_a_read_key_login_has_no_keys_page_in_the_browser(
     browser: Browser,  # noqa: F811 (the imported fixture)
     database_url: str,

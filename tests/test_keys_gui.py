@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 import popagent
 from popagent.keys import KeyStore, looks_like_key
@@ -56,6 +57,7 @@ def bearer(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
 
+@pytest.mark.plain_postgresql
 async def test_an_admin_key_lists_creates_and_revokes_its_resources_keys(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:
@@ -191,6 +193,7 @@ async def test_an_admin_key_lists_creates_and_revokes_its_resources_keys(
     assert not any(e["event"] == "key_revoked" for e in await store.audit(50, resource_id=two))
 
 
+@pytest.mark.plain_postgresql
 async def test_the_keys_page_is_for_admin_keys_in_multi_resource_mode_only(
     database_url: str, memory: popagent.LongTermMemory, resource: str
 ) -> None:
@@ -240,6 +243,7 @@ async def test_the_keys_page_is_for_admin_keys_in_multi_resource_mode_only(
     assert await store.list_keys(resource) == []
 
 
+@pytest.mark.plain_postgresql
 async def test_a_login_made_with_a_key_spends_from_the_keys_bucket(
     database_url: str, memory: popagent.LongTermMemory
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import uuid
 
 import psycopg
@@ -25,9 +26,17 @@ from popagent.cli.workers import _preflight
 from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretStore
-from popagent.store.tenant import boundary_problem, bypass, current_tenant, serving
+from popagent.store.tenant import (
+    TENANT_ROLE,
+    boundary_problem,
+    bypass,
+    current_tenant,
+    serving,
+)
 from popagent.threads import ThreadStore
 from popagent.web import ServerConfig, create_app
+from tests.db_support import runs_on_citus
+from tests.web_support import cli_command
 
 #: Read before a resource is known (by a key's or a login's hash): no policy, and
 #: never touched while serving a resource (migration 0018).
@@ -112,6 +121,7 @@ async def _counts(
         return found
 
 
+@pytest.mark.plain_postgresql
 async def test_a_mismatched_setting_sees_and_changes_nothing_of_the_other_resource(
     memory: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
@@ -178,6 +188,7 @@ async def test_a_mismatched_setting_sees_and_changes_nothing_of_the_other_resour
         )
 
 
+@pytest.mark.plain_postgresql
 async def test_the_same_setting_sees_its_own_rows(
     memory: popagent.LongTermMemory, resource: str
 ) -> None:
@@ -210,6 +221,7 @@ async def test_recall_operators_are_leakproof(memory: popagent.LongTermMemory) -
     ]
 
 
+@pytest.mark.plain_postgresql
 async def test_shared_workers_run_as_the_owner(
     semantic: popagent.LongTermMemory, resource: str, other_resource: str
 ) -> None:
@@ -245,7 +257,9 @@ async def test_shared_workers_run_as_the_owner(
     assert set(counts) == {resource, other_resource} and min(counts.values()) >= 1
 
 
-async def test_the_boundary_holds_where_the_suite_runs(memory: popagent.LongTermMemory) -> None:
+async def test_the_boundary_holds_where_the_suite_runs(
+    memory: popagent.LongTermMemory, database_url: str
+) -> None:
     """Multi-resource mode's startup check passes on plain PostgreSQL: the role exists
     and the user may act as it. On a Citus cluster (the suite run there with its tables
     distributed) it refuses, naming Citus: the policy could not see the resource on
@@ -266,8 +280,29 @@ async def test_the_boundary_holds_where_the_suite_runs(memory: popagent.LongTerm
         problem = await boundary_problem(conn)
     if distributed:
         assert problem is not None and "distributed by Citus" in problem
+        # ``popagent mcp`` refuses as ``serve`` does, before it serves a request.
+        refused = await asyncio.to_thread(_mcp_multi_resource, database_url)
+        assert refused.returncode != 0, refused.stderr
+        assert "multi-resource mode cannot start" in refused.stderr
+        assert "distributed by Citus" in refused.stderr
     else:
         assert problem is None
+
+
+def _mcp_multi_resource(database_url: str) -> subprocess.CompletedProcess[str]:
+    """A real ``popagent mcp --transport http --multi-resource`` on ``database_url``,
+    run until it exits (it is expected to refuse to start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")}
+    env.update(POPAGENT_DATABASE_URL=database_url, POPAGENT_EMBEDDER="none")
+    return subprocess.run(
+        cli_command("mcp", "--transport", "http", "--port", "0", "--multi-resource"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 async def test_a_user_that_may_not_act_as_the_tenant_is_refused_before_serving(
@@ -298,7 +333,49 @@ async def test_a_user_that_may_not_act_as_the_tenant_is_refused_before_serving(
         with pytest.raises(popagent.DatabaseError, match=f"GRANT popagent_tenant TO {name}"):
             async with app.router.lifespan_context(app):
                 pass
+        # ``popagent mcp`` checks the same, with the same function, before serving.
+        refused = await asyncio.to_thread(_mcp_multi_resource, probe_url)
+        assert refused.returncode != 0, refused.stderr
+        assert "multi-resource mode cannot start" in refused.stderr, refused.stderr
+        assert f"GRANT popagent_tenant TO {name}" in refused.stderr
     finally:
         with psycopg.connect(scratch_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
             admin.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+# Citus's report of a node that refused its connection (``remote_commands.c``,
+# ``ReportConnectionError``), SQLSTATE 08006 like a lost connection.
+_NODE_REFUSED = (
+    "connection to the remote node popagent_tenant@127.0.0.1:9701 failed with the following"
+    ' error: connection to server at "127.0.0.1", port 9701 failed: FATAL:  role'
+    ' "popagent_tenant" is not permitted to log in'
+)
+
+
+async def test_a_node_refusing_the_tenant_role_is_a_configuration_error(
+    memory: popagent.LongTermMemory, resource: str
+) -> None:
+    """A Citus node that will not let the tenant role log in is a configuration error
+    that no retry fixes, and says so, naming the role and the node; the pool does not
+    take the database for down. On a cluster, a confined statement over a distributed
+    table meets exactly that; on plain PostgreSQL the server raises Citus's error."""
+    with pytest.raises(popagent.DatabaseError) as raised:
+        if runs_on_citus():
+            with serving(resource):
+                async with memory.pool.connection() as conn:
+                    await conn.execute(
+                        "SELECT count(*) FROM popagent_memories WHERE resource_id = %s",
+                        (resource,),
+                    )
+        else:
+            async with memory.pool.connection() as conn:
+                await conn.execute(
+                    "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'connection_failure',"
+                    f" MESSAGE = '{_NODE_REFUSED.replace(chr(39), chr(39) * 2)}'; END $$"
+                )
+    message = str(raised.value)
+    assert "configuration error" in message and "retrying cannot help" in message, message
+    assert f"as the role {TENANT_ROLE}" in message and "without --multi-resource" in message
+    assert "try again" not in message
+    assert memory.pool.down_since is None  # the coordinator answered: not an outage

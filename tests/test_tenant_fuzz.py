@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
@@ -125,6 +126,7 @@ def _problem(name: str, response: httpx.Response) -> str | None:
     return None
 
 
+@pytest.mark.plain_postgresql
 async def test_the_fuzz_corpus_replayed_as_one_key_leaves_another_resource_alone(
     database_url: str, memory: popagent.LongTermMemory, scripted: ScriptedModelServer
 ) -> None:

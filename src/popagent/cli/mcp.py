@@ -26,6 +26,7 @@ from ..checks import check_id
 from ..connection import connect
 from ..defaults import DEFAULT_HOST, DEFAULT_MCP_PORT
 from ..embed import configured_embedder
+from ..store.tenant import require_boundary
 from .common import LimitFlags, Settings, exit_codes, limit_options, token_file_option
 
 if TYPE_CHECKING:
@@ -171,6 +172,8 @@ async def _serve_until_done(
         max_size=pool_size,
         embedder=configured_embedder(),
     ) as app:
+        if multi_resource:  # refuse here, not on every request (as serve does)
+            await require_boundary(app.pool)
         # The model loads now, not in the first recall; memories stored without
         # vectors (by any process) get them in the background meanwhile.
         await app.memory.warm_up()

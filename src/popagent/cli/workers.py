@@ -174,5 +174,4 @@ async def _preflight(url: str, multi_resource: bool) -> None:
     URL or an unreachable server is one clean error here, not N failing workers."""
     async with open_pool(url, min_size=1, max_size=1) as pool:
         if multi_resource:
-            async with pool.connection() as conn:
-                await require_boundary(conn)
+            await require_boundary(pool)

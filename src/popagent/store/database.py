@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -72,6 +73,7 @@ __all__ = [
     "Pool",
     "configure_connection",
     "database_error",
+    "node_refusal",
     "open_pool",
     "resolve_url",
 ]
@@ -130,11 +132,48 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+# Citus reports a node that refused its connection with the SQLSTATE of a lost
+# connection (08006) and the node's own error in the message ("connection to the
+# remote node USER@HOST:PORT failed with the following error: ..."). When the node
+# refused the role itself (it may not log in there, has no pg_hba.conf entry or
+# does not exist), no retry can succeed: that is a configuration error. The message
+# is the server's, of bounded size; the pattern has no nested repetition.
+_NODE_REFUSED = re.compile(
+    r"connection to the remote node (?P<user>[^@\s]+)@(?P<node>\S+) failed with the following"
+    r" error:.*?(?P<why>is not permitted to log in|password authentication failed"
+    r"|no pg_hba\.conf entry|does not exist|permission denied)",
+    re.DOTALL,
+)
+
+
+def node_refusal(exc: psycopg.Error) -> str | None:
+    """What a Citus node refused (role and node), as a sentence saying what to do,
+    when ``exc`` is such a refusal; else ``None``."""
+    found = _NODE_REFUSED.search(str(exc))
+    if found is None:
+        return None
+    user, node, why = found["user"], found["node"], found["why"]
+    if user == tenant.TENANT_ROLE:
+        remedy = (
+            "multi-resource mode needs plain PostgreSQL; on Citus, run one server per "
+            "resource (without --multi-resource)"
+        )
+    else:
+        remedy = f"let {user} connect to every node of the cluster (docs/scaling.md)"
+    return (
+        f"a node of the Citus cluster ({node}) refused a connection as the role {user} "
+        f"({why}): a configuration error, not an outage, so retrying cannot help; {remedy}"
+    )
+
+
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
-    """A failure of the connection or the server, not of one statement (nor of the wait)."""
+    """A failure of the connection or the server, not of one statement (nor of the
+    wait, nor a Citus node refusing a role: ``node_refusal``)."""
     if isinstance(exc, PoolTimeout | TooManyRequests | PoolClosed):
         return False
     code = exc.sqlstate or ""
+    if code.startswith("08") and node_refusal(exc) is not None:
+        return False
     return not code or code.startswith(("08", "57P"))
 
 
@@ -163,6 +202,8 @@ def database_error(exc: psycopg.OperationalError) -> DatabaseError:
         message = "the database gave up the operation because of a conflicting one; try again"
     elif code == "57014":
         message = "the database canceled the operation; try again"
+    elif refused := node_refusal(exc):
+        message = refused
     elif _connection_lost(exc):
         message = (
             "the connection to PostgreSQL was lost or could not be made (it may be "

@@ -97,6 +97,10 @@ SELECT * FROM revoked
 # bucket's time; the bucket then neither refills nor goes back in time. A request
 # that found no token is audited (``rate_limited``) by the same statement: a
 # refusal costs one round trip, which matters when a client ignores Retry-After.
+# Every use of ``now()`` inside CASE or COALESCE is in ``found``, a SELECT: Citus
+# refuses a function that is not immutable inside CASE or COALESCE of an UPDATE,
+# reference tables included (docs/scaling.md), so ``used`` only copies the values
+# ``found`` computed.
 def _spend(where: str) -> str:
     """The CTEs ``found``, ``used`` and ``limited`` for the live key that ``where``
     (over ``popagent_api_keys``) selects; ``used`` returns ``id``, ``allowed`` and
@@ -107,7 +111,9 @@ def _spend(where: str) -> str:
                 ELSE least(%(burst)s::float8, coalesce(
                     rate_tokens + %(rate)s::float8
                         * greatest(0, extract(epoch FROM now() - rate_at))::float8,
-                    %(burst)s::float8)) END AS tokens
+                    %(burst)s::float8)) END AS tokens,
+           CASE WHEN %(rate)s::float8 IS NULL THEN NULL
+                ELSE greatest(now(), rate_at) END AS bucket_at
     FROM popagent_api_keys
     WHERE {where}
       AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
@@ -117,8 +123,7 @@ def _spend(where: str) -> str:
         use_count = k.use_count + 1,
         last_used_at = now(),
         rate_tokens = CASE WHEN f.tokens >= 1 THEN f.tokens - 1 ELSE f.tokens END,
-        rate_at = CASE WHEN f.tokens IS NULL THEN NULL
-                       ELSE greatest(now(), k.rate_at) END
+        rate_at = f.bucket_at
     FROM found f
     WHERE k.id = f.id
       AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
@@ -191,14 +196,16 @@ RETURNING resource_id, key_id, scope
 DELETE_EXPIRED_LOGINS = "DELETE FROM popagent_logins WHERE expires_at <= now()"
 
 # Fixed windows per client: the first failure opens one, and a failure after it
-# closed opens the next.
+# closed opens the next. The window's age is ``timestamptz - timestamptz`` (an
+# immutable operator), never ``timestamptz - interval`` (a stable one, as it
+# depends on the time zone): Citus refuses anything not immutable in DO UPDATE SET.
 RECORD_FAILURE = """
 INSERT INTO popagent_login_failures AS f (client, window_started, failures)
 VALUES (%(client)s, now(), 1)
 ON CONFLICT (client) DO UPDATE SET
-    window_started = CASE WHEN f.window_started <= EXCLUDED.window_started - %(window)s::interval
+    window_started = CASE WHEN EXCLUDED.window_started - f.window_started >= %(window)s::interval
                           THEN EXCLUDED.window_started ELSE f.window_started END,
-    failures = CASE WHEN f.window_started <= EXCLUDED.window_started - %(window)s::interval
+    failures = CASE WHEN EXCLUDED.window_started - f.window_started >= %(window)s::interval
                     THEN 1 ELSE f.failures + 1 END
 RETURNING failures
 """

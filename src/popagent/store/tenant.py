@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from ..errors import DatabaseError
 
@@ -175,9 +176,12 @@ async def boundary_problem(conn: psycopg.AsyncConnection[Any]) -> str | None:
     return None
 
 
-async def require_boundary(conn: psycopg.AsyncConnection[Any]) -> None:
-    """``DatabaseError`` naming the ``boundary_problem``, if there is one: what
-    ``serve --multi-resource`` runs before it serves anything."""
-    problem = await boundary_problem(conn)
+async def require_boundary(pool: AsyncConnectionPool[Any]) -> None:
+    """``DatabaseError`` naming the ``boundary_problem`` of ``pool``'s database, if
+    there is one: what every multi-resource server (``serve --multi-resource``,
+    ``mcp --transport http --multi-resource``) runs before it serves anything, as
+    the owner."""
+    async with pool.connection() as conn:
+        problem = await boundary_problem(conn)
     if problem is not None:
         raise DatabaseError(f"multi-resource mode cannot start: {problem}")

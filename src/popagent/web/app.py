@@ -101,8 +101,7 @@ def create_app(
                     )
                 )
             if config.multi_resource:
-                async with pa.pool.connection() as conn:
-                    await require_boundary(conn)  # refuse here, not on every request
+                await require_boundary(pa.pool)  # refuse here, not on every request
             mem = pa.memory
             if mem.embedder is not None:
                 await mem.warm_up()  # failures are logged once; recall is lexical then
