@@ -273,6 +273,7 @@ async def test_secret_tools_are_offered_only_with_a_secret_store(
         "importance",
         "expires_at",
         "based_on",
+        "happened_at",
     }
 
 
@@ -316,7 +317,7 @@ def test_check_arguments_names_the_argument_never_the_value() -> None:
     assert check_arguments(schema, {"content": "x", "importance": 0}) is None
     problem = check_arguments(schema, {"content": "x", "password": "hunter22"})
     assert problem == (
-        "unknown argument 'password' (this tool accepts: content, key, importance, expires_at, based_on)"
+        "unknown argument 'password' (this tool accepts: content, key, importance, expires_at, based_on, happened_at)"
     )
     assert check_arguments(schema, {"content": "x", "importance": float("nan")}) == (
         "argument 'importance' must be a finite number"

@@ -70,19 +70,23 @@ def test_remember_recall_and_explain(cli: CliRunner, database_url: str, res: str
     assert "score=" in out.output and "text=" in out.output and "recency=" in out.output
     # Semantic recall is the default: the recall wrote the pending vectors itself first.
     assert "mode: fused (words and meaning)" in out.output
-    assert "every memory has its vectors" in out.output and "vector=" in out.output
+    assert "every memory has its vectors" in out.output and "meaning=" in out.output
     data = json.loads(invoke(cli, database_url, res, "recall", "mode", "--json").output)
     assert data["results"][0]["memory"]["key"] == "ui.theme"
     assert (data["mode"], data["pending_vectors"]) == ("fused", 0)
     assert set(data["results"][0]["components"]) == {
+        "relevance",
+        "words",
+        "meaning",
         "text",
         "trigram",
-        "vector",
         "similarity",
+        "background",
         "importance",
         "recency",
         "fact",
     }
+    assert data["results"][0]["evidence"] in {"words", "meaning", "whole store"}
     assert data["rendered"].startswith("Relevant long-term memories")
 
 

@@ -130,7 +130,7 @@ def test_what_the_server_writes_the_client_reads_back(shape: Any, value: Any) ->
 def test_recall_results_keep_the_map_of_components_both_ways() -> None:
     """The API's form: each component's name maps to its value, weight and contribution."""
     body = TypeAdapter(RecallResult).dump_python(RECALLED, mode="json")
-    assert list(body) == ["memory", "score", "components"]
+    assert list(body) == ["memory", "score", "components", "evidence", "until"]
     assert body["components"] == RECALLED.to_json()["components"]
     schema = TypeAdapter(RecallResult).json_schema(mode="serialization")
     assert schema["properties"]["components"]["type"] == "object"
@@ -186,6 +186,13 @@ def test_to_json_is_every_field_in_order_with_iso_timestamps() -> None:
         "tool_call_id": "call-1",
         "expires_at": LATER.isoformat(),
         "version": 2,
+        "based_on": [],
+        "stale_since": None,
+        "stale_source": None,
+        "happened_start": None,
+        "happened_end": None,
+        "happened_precision": None,
+        "happened_phrase": None,
     }
     writes = SessionWrites("s", (EPISODE,), (VERSION,)).to_json()
     assert writes == {
@@ -199,7 +206,8 @@ def test_mcp_shapes_are_projections_of_to_json() -> None:
     memory = memory_json(EPISODE)
     assert list(memory) == [
         "id", "kind", "key", "content", "importance", "session_id", "created_at", "updated_at",
-        "origin", "expires_at", "version",
+        "origin", "expires_at", "version", "based_on", "stale_since", "stale_source",
+        "happened_start", "happened_end", "happened_precision", "happened_phrase",
     ]  # fmt: skip
     assert memory == {name: EPISODE.to_json()[name] for name in memory}
     version = fact_version_json(VERSION)

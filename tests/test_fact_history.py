@@ -251,6 +251,7 @@ async def test_an_expired_fact_is_never_recalled_and_maintenance_removes_it(
     )
     lasting = await semantic.remember(resource, "Likes the Hotel Aurora breakfast")
     assert expiring.memory.expires_at == ahead
+    assert await semantic.wait_for_vectors(resource) == 0  # the vector mode below needs them
     assert {r.memory.id for r in await semantic.recall(resource, "hotel aurora")} == {
         expiring.memory.id,
         lasting.memory.id,

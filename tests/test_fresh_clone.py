@@ -235,7 +235,7 @@ def walk_the_gui(base: str, fact_id: int) -> None:
 
             page.get_by_role("link", name="Settings", exact=True).click()
             expect(page.get_by_test_id("server-facts")).to_contain_text("none configured")
-            expect(page.locator("legend").first).to_have_text("Recall")
+            expect(page.locator("legend").first).to_have_text("Looking up earlier messages")
             shot(page, "settings")
 
             page.get_by_role("link", name="Sessions", exact=True).click()

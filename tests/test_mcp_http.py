@@ -115,7 +115,7 @@ async def test_http_refusals_are_tool_errors_and_audit_holds_no_content(
     )
     assert text_of(chosen) == (
         "Refused, the tool did not run: unknown argument 'resource_id' "
-        "(this tool accepts: query, limit)." + RESOURCE_HINT
+        "(this tool accepts: query, limit, as_of, known_at)." + RESOURCE_HINT
     )
     assert await memory.list(resource, MemoryFilter(kind="fact")) == []
     rows = await AuditLog(memory.pool).list_audit(resource)

@@ -6,6 +6,7 @@ being screened."""
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import threading
 import time
@@ -77,13 +78,18 @@ def test_json_size_is_bounded_by_its_limit() -> None:
     assert time.perf_counter() - began < 1.0  # bounded, not a timing claim: it stops early
 
 
-def test_healthz_answers_within_100_ms_while_worst_case_writes_are_screened(
+def test_healthz_keeps_answering_while_worst_case_writes_are_screened(
     database_url: str, tmp_path: Path
 ) -> None:
     """The largest body the server accepts, filled with the screen's worst input,
     sent by several clients at once; meanwhile ``/healthz`` is asked every 20 ms.
-    The writes must keep the server busy for much longer than 100 ms (more clients
-    are added until they do), or the test would prove nothing."""
+    The writes must keep the server busy for at least half a second (more clients
+    are added until they do), or the test would prove nothing.
+
+    No wall-clock margin: a screen run on the event loop would hold most probes for
+    a good part of a write's screening, so the typical probe would take a sizeable
+    share of the busy time; off the loop it takes a small one. The milliseconds
+    themselves are a benchmark's (``bench/edges.py``, ``bench/load.py``)."""
     port = free_port()
     env = {**os.environ, "POPAGENT_EMBEDDER": "none", "XDG_RUNTIME_DIR": str(tmp_path)}
     for name in ("POPAGENT_TOKEN", "POPAGENT_TOKEN_FILE", "POPAGENT_MODEL"):
@@ -121,14 +127,10 @@ def test_healthz_answers_within_100_ms_while_worst_case_writes_are_screened(
             clients *= 2
         assert busy_s >= 0.5, f"{clients} writes took only {busy_s:.3f} s: nothing to prove"
         assert len(latencies) >= 10
-        if max(latencies) >= 0.100:
-            # One more try: on a machine shared with other tests, one probe can wait
-            # for a CPU. A screen on the event loop would hold the probes every time.
-            busy_s, latencies = _writes_with_health_probes(base, body, clients)
-            assert busy_s >= 0.5 and len(latencies) >= 10
-        assert max(latencies) < 0.100, (
-            f"/healthz took up to {max(latencies) * 1000:.0f} ms while {clients} "
-            f"worst-case writes ran for {busy_s:.2f} s (twice)"
+        typical = statistics.median(latencies)
+        assert typical < busy_s / (4 * clients), (
+            f"/healthz took {typical * 1000:.0f} ms (median) while {clients} "
+            f"worst-case writes ran for {busy_s:.2f} s"
         )
     finally:
         process.terminate()

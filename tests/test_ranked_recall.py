@@ -24,8 +24,9 @@ import pytest
 
 import popagent
 from popagent import EpisodeTurn, LongTermMemory
+from popagent.memory.newest import newest_first
 from popagent.memory.ranking import DEFAULT_WEIGHTS, SIGNALS, RankingWeights, Signal, rank
-from popagent.memory.recall import LEXICAL_RECALL, candidate_idfs, recall_pool
+from popagent.memory.recall import LEXICAL_RECALL, candidate_idfs, newest_applies, recall_pool
 from popagent.memory.temporal import query_window, recall_window
 from popagent.models import RecallResult
 from popagent.store import ranked
@@ -112,9 +113,10 @@ async def fill(memory: LongTermMemory, resource: str, rng: random.Random) -> Non
 
 
 async def reference(
-    memory: LongTermMemory, resource: str, query: str, limit: int
+    memory: LongTermMemory, resource: str, query: str, limit: int, *, newest: bool = True
 ) -> list[RecallResult]:
-    """``rank`` over the two-statement candidates: the ranking as the spec defines it."""
+    """``rank`` over the two-statement candidates: the ranking as the spec defines it,
+    then the newest value first (``memory.newest``), as recall orders any ranking."""
     weights = memory.weights
     window = recall_window(query, NOW) if weights.time > 0 else None
     async with memory.pool.connection() as conn:
@@ -122,7 +124,10 @@ async def reference(
         candidates = await recall_sql.candidates(
             conn, resource, stats, idfs=candidate_idfs(stats), pool=recall_pool(limit)
         )
-    return rank(candidates, stats, now=NOW, limit=limit, weights=weights, window=window)
+    ranked = rank(candidates, stats, now=NOW, limit=limit, weights=weights, window=window)
+    if newest and len(ranked) > 1 and newest_applies(query, NOW):
+        ranked = newest_first(ranked, query)
+    return ranked
 
 
 def assert_same(expected: list[RecallResult], got: list[RecallResult], query: str) -> None:
@@ -191,7 +196,7 @@ async def test_a_new_signal_is_one_row_of_the_table(memory: LongTermMemory, corp
         with pytest.raises(ValueError, match="signal weights"):
             await lexical.rows(conn, corpus, "bread", replace(weighed, weights=()), touch=False)
     assert len(before) == 8 and [r.memory.id for r in after] == [r.memory.id for r in before]
-    expected = await reference(memory, corpus, "sourdough bread", 8)
+    expected = await reference(memory, corpus, "sourdough bread", 8, newest=False)
     assert [r.memory.id for r in before] == [r.memory.id for r in expected]
     for old, new, want in zip(before, after, expected, strict=True):
         assert len(new.signals) == len(SIGNALS) + 1 and new.signals[-1] == 0.25

@@ -376,11 +376,11 @@ class RecallResult:
         return {
             "memory": self.memory.to_json(),
             "score": self.score,
-            "evidence": self.evidence,
             "components": {
                 c.name: {"value": c.value, "weight": c.weight, "contribution": c.contribution}
                 for c in self.components
             },
+            "evidence": self.evidence,
             "until": self.until.isoformat() if self.until is not None else None,
         }
 
@@ -408,8 +408,8 @@ class RecallResult:
             return {
                 "memory": value.memory,
                 "score": value.score,
-                "evidence": value.evidence,
                 "components": components,
+                "evidence": value.evidence,
                 "until": value.until,
             }
 
@@ -421,8 +421,8 @@ class RecallResult:
             {
                 "memory": cs.typed_dict_field(handler.generate_schema(Memory)),
                 "score": cs.typed_dict_field(cs.float_schema()),
-                "evidence": cs.typed_dict_field(cs.str_schema(), required=False),
                 "components": cs.typed_dict_field(cs.dict_schema(cs.str_schema(), component)),
+                "evidence": cs.typed_dict_field(cs.str_schema(), required=False),
                 "until": cs.typed_dict_field(
                     cs.nullable_schema(cs.datetime_schema()), required=False
                 ),

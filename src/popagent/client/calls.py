@@ -266,12 +266,14 @@ def recall(query: str, *, limit: int, **moments: Unpack[RecallOptions]) -> Call[
 
 def stale(*, limit: int) -> Call[list[Memory]]:
     """``GET /api/memories/stale``: memories whose source changed or went."""
-    return Call("GET", "/api/memories/stale", decoder(list[Memory]), params={"limit": limit})
+    return Call(
+        "GET", "/api/memories/stale", decoder(list[Memory]), params={"limit": limit}, name="stale"
+    )
 
 
 def confirm(id: int) -> Call[Memory]:
     """``POST /api/memories/{id}/confirm``: clear memory ``id``'s stale mark."""
-    return Call("POST", f"/api/memories/{_seg(id)}/confirm", decoder(Memory))
+    return Call("POST", f"/api/memories/{_seg(id)}/confirm", decoder(Memory), name="confirm")
 
 
 def _deleted(data: Any) -> int:

@@ -134,11 +134,6 @@ RECALL_RESULT_SCHEMA = object_schema(
     {
         "memory": MEMORY_SCHEMA,
         "score": {"type": "number"},
-        "evidence": {
-            "type": "string",
-            "description": "What admitted the memory: words, look-alike words, meaning, "
-            "whole store or next turn ('' in lexical recall: words).",
-        },
         "components": {
             "type": "object",
             "description": "Each ranking signal: its value in [0, 1], its weight, their product.",
@@ -149,6 +144,11 @@ RECALL_RESULT_SCHEMA = object_schema(
                     "contribution": {"type": "number"},
                 }
             ),
+        },
+        "evidence": {
+            "type": "string",
+            "description": "What admitted the memory: words, look-alike words, meaning, "
+            "whole store or next turn ('' in lexical recall: words).",
         },
         "until": {
             **_NULLABLE_TIME,

@@ -21,6 +21,8 @@ from ..store import memories as store
 from ..store import versions as version_store
 from ..store.database import Conn
 from .base import MemoryBase, check_memory_id
+from .manage import event_params
+from .temporal import event_window
 from .validation import check_id, check_provenance
 
 __all__ = ["fact_history", "restore_fact", "revert_session", "session_writes"]
@@ -115,6 +117,13 @@ async def _apply(
         session_id=session_id,
         # Versions keep no sources: the fact's current ones stay.
         based_on=derived_sql.based_on_param(current.based_on),
+        # Versions keep no event clock either: the value's own text, read against when
+        # it was written, gives it one (none when it names no time), as a write would.
+        **(
+            {c: getattr(current, c) for c in store.EVENT_COLUMNS}
+            if old.content == current.content
+            else event_params(event_window(old.content, old.valid_from))
+        ),
         **written_by,
     )
     return updated or current  # the same value already: nothing to change

@@ -52,6 +52,7 @@ __all__ = [
     "RecallMode",
     "RecallReport",
     "candidate_idfs",
+    "newest_applies",
     "recall",
     "recall_pool",
     "recall_report",
@@ -177,11 +178,21 @@ async def _recall(
     """The ranked results, the newest value first for a question in the present
     tense (``memory.newest``; not as of a moment, nor for a past period)."""
     results, ran = await _ranked(self, resource_id, query, limit, now, mode, touch, moment)
-    if moment is None and len(results) > 1:
-        at = now or datetime.now(UTC)
-        if past_period(query, query_window(query.strip(), at), at) is None:
-            results = newest_first(results, query)
+    if moment is None and len(results) > 1 and newest_applies(query, now or datetime.now(UTC)):
+        results = newest_first(results, query)
     return results, ran
+
+
+def newest_applies(query: str, now: datetime) -> bool:
+    """Whether recall puts the newest value first for ``query`` at ``now``: a question
+    in the present tense, neither about a past period ("where did I live in 2021?")
+    nor asking when something happened ("when did I go to the dentist?"), which the
+    event clock answers."""
+    query = query.strip()
+    if past_period(query, query_window(query, now), now) is not None:
+        return False
+    window = recall_window(query, now)
+    return window is None or not window.asks_when
 
 
 async def _ranked(

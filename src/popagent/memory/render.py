@@ -90,7 +90,9 @@ def _dates(memory: Memory, now: datetime) -> str:
 def _label(result: RecallResult, ids: bool, now: datetime) -> str:
     memory = result.memory
     name = f"{memory.kind} #{memory.id}" if ids else memory.kind
-    return "- [" + ", ".join([name, _dates(memory, now), *notes(result)]) + "] "
+    # A past value's note says its span; the dates of the current one would not apply.
+    dates = [] if result.until is not None else [_dates(memory, now)]
+    return "- [" + ", ".join([name, *dates, *notes(result)]) + "] "
 
 
 def _line(label: str, content: str) -> str:

@@ -36,7 +36,6 @@ def recall_json(query: str, report: RecallReport) -> bytes:
                     # pydantic_core writes a dataclass by its fields: ``Memory``'s JSON.
                     "memory": r.memory,
                     "score": r.score,
-                    "evidence": r.evidence,
                     "components": {
                         c.name: {
                             "value": c.value,
@@ -45,6 +44,7 @@ def recall_json(query: str, report: RecallReport) -> bytes:
                         }
                         for c in r.components
                     },
+                    "evidence": r.evidence,
                     "until": r.until,
                 }
                 for r in results
