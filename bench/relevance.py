@@ -194,19 +194,13 @@ def main() -> None:
     import psycopg
 
     from popagent.store.embedded import EmbeddedServer
+    from writes import baseline_tree
 
     users = load()
     results: dict[str, list[dict[str, Any]]] = {}
     raw: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="pa-relevance-") as tmp:
-        old = Path(tmp) / "old"
-        old.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", args.baseline_ref, "src"],
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        old = baseline_tree(args.baseline_ref, Path(tmp))
         server = EmbeddedServer(Path(tmp) / "cluster", delete=True)
         try:
             for code, src in (("baseline", old / "src"), ("current", ROOT / "src")):

@@ -135,6 +135,18 @@ asyncio.run(main())
 """
 
 
+def baseline_tree(ref: str, tmp: Path) -> Path:
+    """The ``src`` of git revision ``ref``, written under ``tmp/old`` (its ``src``
+    is what a child process puts on ``PYTHONPATH``); ``tmp/old``."""
+    old = tmp / "old"
+    old.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    return old
+
+
 def run_child(src: Path, url: str, calls: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src), "POPAGENT_EMBEDDER": "none"}
     done = subprocess.run(
@@ -163,14 +175,7 @@ def main() -> None:
     from popagent.store.embedded import EmbeddedServer
 
     with tempfile.TemporaryDirectory(prefix="pa-writes-") as tmp:
-        old = Path(tmp) / "old"
-        old.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", args.baseline_ref, "src"],
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        old = baseline_tree(args.baseline_ref, Path(tmp))
         server = EmbeddedServer(Path(tmp) / "cluster", delete=True)
         try:
             import psycopg
