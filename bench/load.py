@@ -498,7 +498,7 @@ async def main():
     async with popagent.connect(url, max_size=10, embedder=None) as root:
         memory = root.memory
         before = await audit_rows(memory)
-        write, read = await surfaces(memory, rid, scenario)
+        write, read = await surfaces(root, rid, scenario)
         began = time.perf_counter()
         out = []
         async def timed(work):
@@ -514,36 +514,39 @@ async def main():
         rows = await audit_rows(memory) - before
     print(json.dumps({"results": out, "seconds": seconds, "audit_missing": 2 * calls - rows}))
 
-async def surfaces(memory, rid, scenario):
+async def surfaces(root, rid, scenario):
+    # The adapters take the Popagent and the resource they act for, as an application
+    # gives them; the library row calls the long-term memory directly.
     n, tag = int(sys.argv[3]), sys.argv[4]  # tag: each run's writes are new writes
+    memory = root.memory
     if scenario == "library":
         return (lambda i: memory.remember(rid, f"Burst fact number {i} about the garden ({tag})"),
                 lambda i: memory.recall(rid, f"garden fact number {i}"))
     if scenario == "langgraph store":
         from popagent.adapters.langgraph import PopagentStore
-        store = PopagentStore(memory, rid)
+        store = PopagentStore(root, rid)
         return (lambda i: store.aput(("burst", tag), f"k{i}", {"text": f"garden item {i}"}),
                 lambda i: store.asearch(("burst",), query=f"garden item number {i}"))
     if scenario == "langchain tools+retriever":
         from popagent.adapters.langchain import PopagentRetriever, memory_tools
-        remember = memory_tools(memory, rid)[0]
-        retriever = PopagentRetriever.of(memory, rid)
+        remember = memory_tools(root, rid)[0]
+        retriever = PopagentRetriever.of(root, rid)
         return (lambda i: remember.ainvoke({"content": f"Burst fact number {i} about the garden ({tag})"}),
                 lambda i: retriever.ainvoke(f"garden fact number {i}"))
     if scenario == "openai-agents tools":
         from popagent.adapters.openai_agents import memory_tools
-        remember, recall = memory_tools(memory, rid)
+        remember, recall = memory_tools(root, rid)
         return (lambda i: remember.on_invoke_tool(None, json.dumps({"content": f"Burst fact number {i} about the garden ({tag})"})),
                 lambda i: recall.on_invoke_tool(None, json.dumps({"query": f"garden fact number {i}"})))
     if scenario == "openai-agents session":
         from popagent.adapters.openai_agents import PopagentSession
         def session(i):
-            return PopagentSession.local(f"burst-{tag}-{i}", memory, rid)
+            return PopagentSession.local(f"burst-{tag}-{i}", root, rid)
         return (lambda i: session(i).add_items([{"role": "user", "content": f"Burst message {i} ({tag})"}]),
                 lambda i: session(i + n).get_items())
     if scenario == "pydantic-ai toolset":
         from popagent.adapters.pydantic_ai import memory_toolset
-        tools = memory_toolset(memory, rid).tools
+        tools = memory_toolset(root, rid).tools
         return (lambda i: tools["remember"].function(content=f"Burst fact number {i} about the garden ({tag})"),
                 lambda i: tools["recall"].function(query=f"garden fact number {i}"))
     raise SystemExit(f"unknown scenario {scenario}")

@@ -96,6 +96,14 @@ def has_traceback(text: str) -> bool:
     return any(marker in text for marker in TRACEBACK_MARKERS)
 
 
+@pytest.fixture
+def hostile_url(scratch_url: str) -> str:
+    """A database of the test's own: each case counts every table's rows before and
+    after, and on the suite's shared database that would count every other test's
+    rows too (hundreds of cases, each a scan of all of them)."""
+    return scratch_url
+
+
 def sync_conn(url: str) -> psycopg.Connection[dict[str, Any]]:
     return psycopg.connect(url, autocommit=True, row_factory=dict_row)
 
@@ -182,18 +190,18 @@ def _api_failures(case: ApiCase, response: httpx.Response, wrote: list[str]) -> 
 
 
 async def test_hostile_requests_over_the_api_are_refused_cleanly(
-    database_url: str, resource: str, scripted: ScriptedModelServer, log_records: Records
+    hostile_url: str, resource: str, scripted: ScriptedModelServer, log_records: Records
 ) -> None:
     bystander = f"bystander-{uuid.uuid4().hex[:12]}"
-    fact_id, session_id = await seed(database_url, resource, bystander)
+    fact_id, session_id = await seed(hostile_url, resource, bystander)
     cases = api_cases()
     assert len(cases) >= 300
     config = ServerConfig(resource_id=resource, maintenance_interval_s=None)
     failures: list[str] = []
     with (
-        sync_conn(database_url) as conn,
+        sync_conn(hostile_url) as conn,
         uvicorn_server(
-            config, database_url=database_url, model_settings=scripted_settings(scripted)
+            config, database_url=hostile_url, model_settings=scripted_settings(scripted)
         ) as base,
     ):
         start = snapshot(conn, bystander)
@@ -216,14 +224,14 @@ async def test_hostile_requests_over_the_api_are_refused_cleanly(
 # --- CLI --------------------------------------------------------------------------------------
 
 
-def test_hostile_arguments_to_the_cli_are_refused_cleanly(database_url: str, resource: str) -> None:
+def test_hostile_arguments_to_the_cli_are_refused_cleanly(hostile_url: str, resource: str) -> None:
     bystander = f"bystander-{uuid.uuid4().hex[:12]}"
-    fact_id, session_id = asyncio.run(seed(database_url, resource, bystander))
+    fact_id, session_id = asyncio.run(seed(hostile_url, resource, bystander))
     cases = cli_cases()
     assert len(cases) >= 200
     runner = CliRunner()
     failures: list[str] = []
-    with sync_conn(database_url) as conn:
+    with sync_conn(hostile_url) as conn:
         start = snapshot(conn, bystander)
         for case in cases:
             args = [
@@ -232,7 +240,7 @@ def test_hostile_arguments_to_the_cli_are_refused_cleanly(database_url: str, res
             ]
             before = snapshot(conn, resource)
             result = runner.invoke(
-                main, ["--database-url", database_url, "--resource-id", resource, *args]
+                main, ["--database-url", hostile_url, "--resource-id", resource, *args]
             )
             wrote = changed(before, snapshot(conn, resource))
             output = result.output
@@ -401,17 +409,17 @@ def _tool_failures(case: McpCase, answer: dict[str, Any], wrote: list[str]) -> l
 
 
 def test_hostile_tool_calls_over_stdio_are_refused_cleanly(
-    database_url: str, resource: str, tmp_path: Path
+    hostile_url: str, resource: str, tmp_path: Path
 ) -> None:
     bystander = f"bystander-{uuid.uuid4().hex[:12]}"
-    asyncio.run(seed(database_url, resource, bystander))
+    asyncio.run(seed(hostile_url, resource, bystander))
     cases = mcp_cases()
     assert len(cases) >= 300
-    server = StdioServer(database_url, resource, tmp_path / "stderr.log")
+    server = StdioServer(hostile_url, resource, tmp_path / "stderr.log")
     failures: list[str] = []
     try:
         server.initialize()
-        with sync_conn(database_url) as conn:
+        with sync_conn(hostile_url) as conn:
             start = snapshot(conn, bystander)
             for i, case in enumerate(cases, start=1):
                 before = snapshot(conn, resource)
@@ -484,17 +492,17 @@ _META = {
 
 
 def test_hostile_tool_calls_over_http_are_refused_cleanly(
-    database_url: str, resource: str, tmp_path: Path
+    hostile_url: str, resource: str, tmp_path: Path
 ) -> None:
     bystander = f"bystander-{uuid.uuid4().hex[:12]}"
-    asyncio.run(seed(database_url, resource, bystander))
+    asyncio.run(seed(hostile_url, resource, bystander))
     cases = mcp_cases()
     log = tmp_path / "http.log"
     failures: list[str] = []
     with (
-        http_server(database_url, resource, log) as url,
+        http_server(hostile_url, resource, log) as url,
         httpx.Client(timeout=60) as http,
-        sync_conn(database_url) as conn,
+        sync_conn(hostile_url) as conn,
     ):
         start = snapshot(conn, bystander)
         for i, case in enumerate(cases, start=1):
