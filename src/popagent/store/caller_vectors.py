@@ -5,8 +5,9 @@ A framework store that embeds its items with the caller's model (LangGraph's
 ``index=`` config) keeps those vectors in ``popagent_memory_embeddings`` beside
 popagent's own, under a model name that starts with ``CALLER_MODEL_PREFIX``. So
 they belong to their memory (deleted with it, and with its old content when the
-content changes: migration 0009's trigger), a purge and a backup carry them, and
-recall never ranks them: recall reads only its own model's rows. Nothing in
+content changes: migration 0009's trigger), a purge removes them, a backup and
+an export carry them (``popagent export`` writes them as ``caller_vector`` records:
+``store.portable``), and recall never ranks them: recall reads only its own model's rows. Nothing in
 popagent remakes them (popagent has not got the caller's model), so the vector
 worker's ``prune`` of other models' vectors leaves them alone
 (``store.vectors.DELETE_OTHER_MODELS``).
@@ -32,6 +33,7 @@ __all__ = [
     "CALLER_MODEL_PREFIX",
     "DISTANCES",
     "Distance",
+    "caller_literal",
     "extend_expiry",
     "replace_caller_vectors",
     "vector_scores",
@@ -84,8 +86,9 @@ WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
 """
 
 
-def _literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a list of floats (pgvector keeps them as float32)."""
+def caller_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a list of floats, with the 9 significant digits that
+    bring a float32 back exactly (pgvector keeps them as float32)."""
     return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
 
 
@@ -111,7 +114,7 @@ async def replace_caller_vectors(
             "sha": content_sha256,
             "dimensions": len(vectors[0]),
             "chunks": list(range(len(vectors))),
-            "vectors": [_literal(v) for v in vectors],
+            "vectors": [caller_literal(v) for v in vectors],
         },
     )
     return cur.rowcount
@@ -135,7 +138,7 @@ async def vector_scores(
             "resource_id": resource_id,
             "model": model,
             "dimensions": len(query),
-            "query": _literal(query),
+            "query": caller_literal(query),
             "ids": list(ids),
         },
     )
