@@ -155,7 +155,7 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
         resource, fact.id, fact.content_sha256, CALLER_MODEL, [[0.1, -2.5, 3e-8], [1.0, 0.0, 7.0]]
     )
     await memory.write_caller_vectors(
-        resource, note.id, note.content_sha256, CALLER_MODEL, [[1 / 3, 2.0, -0.75]]
+        resource, note.id, note.content_sha256, CALLER_MODEL, [[1 / 3, 2.0, -3.4028235e38]]
     )
     # popagent's own model's vector of the fact: remade after an import, never exported.
     async with memory.pool.connection() as conn:
@@ -340,7 +340,7 @@ async def test_export_imports_into_another_resource_and_database_and_again_chang
     assert OWN_MODEL not in text
     # Each number as float32 holds it, in its shortest exact form.
     assert [v["embedding"] for v in vectors][:2] == [[0.1, -2.5, 3e-8], [1.0, 0.0, 7.0]]
-    assert vectors[2]["embedding"] == [0.33333334, 2.0, -0.75]
+    assert vectors[2]["embedding"] == [0.33333334, 2.0, -3.4028235e38]  # float32's largest
     assert await export_text(memory, resource) != text  # the header's time only
     assert (await export_text(memory, resource)).splitlines()[1:] == lines[1:]
 
@@ -454,7 +454,12 @@ def _corrupt(lines: list[str], record_type: str, **changes: Any) -> tuple[list[s
         ("observation_group", {"log_id": 1}, "observation_group.log_id", ValidationError),
         ("session", {"type": "sesion"}, "record.type", ValidationError),
         # A caller's vector: checked as the library's write of one, and tied to a memory.
-        ("caller_vector", {"embedding": [1e39, 0, 0]}, "caller_vector.embedding", ValidationError),
+        (
+            "caller_vector",
+            {"embedding": [3.41e38, 0, 0]},
+            "caller_vector.embedding",
+            ValidationError,
+        ),
         ("caller_vector", {"embedding": [1, "2", 3]}, "caller_vector.embedding", ValidationError),
         ("caller_vector", {"embedding": [True, 0, 0]}, "caller_vector.embedding", ValidationError),
         ("caller_vector", {"embedding": []}, "caller_vector.embedding", ValidationError),
@@ -502,15 +507,21 @@ async def test_a_bad_record_names_its_line_and_field_and_nothing_is_written(
     assert all(not rows for rows in (await raw_rows(database_url, other_resource)).values())
 
 
+@pytest.fixture
+async def exported(memory: popagent.LongTermMemory, cipher: SecretCipher, resource: str) -> str:
+    """The export of a resource with everything (``populate``)."""
+    await populate(memory, cipher, resource)
+    return await export_text(memory, resource)
+
+
 async def test_caller_vectors_go_to_their_memory_whole_or_not_at_all(
     memory: popagent.LongTermMemory,
     database_url: str,
-    cipher: SecretCipher,
     resource: str,
     other_resource: str,
+    exported: str,
 ) -> None:
-    await populate(memory, cipher, resource)
-    lines = (await export_text(memory, resource)).splitlines()
+    lines = exported.splitlines()
     # The chunks of one memory and model have one size: the first that differs is named.
     bad, lineno = _corrupt(lines, "caller_vector", embedding=[1.0, 2.0])
     with pytest.raises(ValidationError) as caught:

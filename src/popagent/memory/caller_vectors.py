@@ -36,8 +36,9 @@ MAX_CALLER_VECTORS = 1_000
 #: pgvector's (and migration 0009's) largest dimension.
 MAX_DIMENSIONS = 16_000
 MAX_MODEL_CHARS = 200
-#: pgvector keeps float32: a larger magnitude would be infinite there.
-FLOAT32_MAX = 3.4028234663852886e38
+#: pgvector keeps float32: a magnitude from here up rounds to infinity there, and is
+#: refused (below it, a number rounds to float32's largest, 3.4028235e38, at most).
+FLOAT32_LIMIT = 2.0**128 - 2.0**103
 
 
 def check_model(model: object, field: str = "model") -> str:
@@ -71,9 +72,9 @@ def check_vector(vector: object, field: str, dimensions: int | None = None) -> l
             value = float(x)
         except OverflowError:  # an integer beyond a double
             value = math.inf
-        if not abs(value) <= FLOAT32_MAX:  # also NaN and the infinities
+        if not abs(value) < FLOAT32_LIMIT:  # also NaN and the infinities
             raise ValidationError(
-                field, f"must hold finite numbers of magnitude at most {FLOAT32_MAX:.7g}"
+                field, f"must hold finite numbers of magnitude below {FLOAT32_LIMIT:.8g}"
             )
         values.append(value)
     if not 1 <= len(values) <= MAX_DIMENSIONS:

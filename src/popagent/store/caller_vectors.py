@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+import numpy as np
+
 from .database import Conn
 from .vectors import DELETE_MEMORY_VECTORS
 
@@ -87,9 +89,11 @@ WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
 
 
 def caller_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a list of floats, with the 9 significant digits that
-    bring a float32 back exactly (pgvector keeps them as float32)."""
-    return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
+    """pgvector's text form of a list of floats: each rounded to float32 here (as
+    pgvector keeps it; the caller has checked that it fits), then written with the 9
+    significant digits that bring a float32 back exactly."""
+    rounded = np.asarray(vector, dtype=np.float32).tolist()
+    return "[" + ",".join(format(x, ".9g") for x in rounded) + "]"
 
 
 async def replace_caller_vectors(
