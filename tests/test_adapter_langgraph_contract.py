@@ -1,5 +1,6 @@
 """LangGraph's store contract beyond the basics on ``PopagentStore``: TTL and ``index=``
-with the caller's embeddings, on the suite's PostgreSQL.
+with the caller's embeddings (and its vectors through export and import), on the
+suite's PostgreSQL.
 
 Expiry is moved with SQL where a test needs an item already expired or about to
 expire, so no test waits on the clock; the sweeper's test waits for a removal with
@@ -11,6 +12,8 @@ compared with the store's.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -26,6 +29,7 @@ from popagent import Popagent
 from popagent.adapters.backend import LocalBackend, StoreBackend
 from popagent.adapters.langgraph import PopagentStore, fact_key
 from popagent.models import Memory, MemoryFilter, RecallResult, RememberResult
+from popagent.portable import export_resource, import_resource
 from popagent.store import vectors as vector_sql
 from popagent.web.gui.pages_facts import expiry_text
 
@@ -511,3 +515,82 @@ async def test_a_store_without_index_keeps_popagents_recall(
     # without a score.
     found = await indexed.asearch(("ns",), query="green tea")
     assert {i.key for i in found} == {"tea", "zzz"} and {i.score for i in found} == {None}
+
+
+# --- export, import and backup carry the caller's vectors -------------------------------------
+
+
+MENU = {
+    "tea": {"text": "green tea", "kind": "drink"},
+    "coffee": {"text": "black coffee", "kind": "drink"},
+    "cake": {"text": "green cake", "kind": "food"},
+    "soup": {"text": "miso soup", "kind": "food"},
+}
+
+
+async def _ranking(store: PopagentStore, query: str) -> list[tuple[str, float | None]]:
+    return [(i.key, i.score) for i in await store.asearch(("menu",), query=query, limit=10)]
+
+
+async def test_export_and_import_carry_the_callers_vectors(
+    root: Popagent,
+    resource: str,
+    other_resource: str,
+    scratch_root: Popagent,
+    embeddings: LetterEmbeddings,
+) -> None:
+    config = index(dims=DIMS, embed=embeddings, fields=["text", "notes[*]"])
+    store = PopagentStore(root, resource, index=config)
+    for key, value in MENU.items():
+        await store.aput(("menu",), key, value)
+    await store.aput(("menu",), "bread", {"text": "rye", "notes": ["dark", "sour"]})
+    await store.aput(("menu",), "secret", {"text": "green tea"}, index=False)
+    queries = ("green tea", "dark bread", "soup")
+    before = {q: await _ranking(store, q) for q in queries}
+    assert before["green tea"][0][0] == "tea"
+    assert before["green tea"][0][1] == pytest.approx(1.0, abs=1e-6)
+    assert before["green tea"][-1] == ("secret", None)
+    embedded = len(embeddings.texts)
+
+    out = io.StringIO()
+    await export_resource(root.pool, resource, out)
+    lines = out.getvalue().splitlines()
+    vectors = [json.loads(x) for x in lines if '"type":"caller_vector"' in x]
+    assert len(vectors) == embedded == 7  # a vector per text embedded, none for "secret"
+    assert {v["model"] for v in vectors} == {"caller:langgraph:langgraph:LetterEmbeddings:36"}
+
+    # Into another database: a store with the same config ranks every item exactly
+    # as before, its model never asked to embed a stored item again (only the query).
+    report = await import_resource(scratch_root.pool, lines)
+    assert report.counts["caller_vector"]["added"] == 7
+    fresh = LetterEmbeddings()
+    moved = PopagentStore(scratch_root, resource, index=index(**{**config, "embed": fresh}))
+    assert {q: await _ranking(moved, q) for q in queries} == before
+    assert fresh.texts == []
+    # A second import changes nothing.
+    again = await import_resource(scratch_root.pool, lines)
+    assert again.counts["caller_vector"] == {
+        "added": 0,
+        "updated": 0,
+        "unchanged": 7,
+        "skipped": 0,
+    }
+    assert {q: await _ranking(moved, q) for q in queries} == before
+
+    # Into another resource of the same database, and a store there with the same config.
+    await import_resource(root.pool, lines, resource_id=other_resource)
+    there = PopagentStore(root, other_resource, index=index(**{**config, "embed": fresh}))
+    assert {q: await _ranking(there, q) for q in queries} == before
+    assert fresh.texts == []
+
+    # Without the vectors (a file from before they were exported), the items are
+    # there but none is scored: the vectors are what the ranking rests on.
+    plain = [x for x in lines if '"type":"caller_vector"' not in x]
+    elsewhere = f"{other_resource}-plain"
+    await import_resource(root.pool, plain, resource_id=elsewhere)
+    bare = PopagentStore(root, elsewhere, index=index(**{**config, "embed": fresh}))
+    assert {score for _key, score in await _ranking(bare, "green tea")} == {None}
+
+    # A purge of the resource takes the imported vectors with it.
+    await root.memory.purge(other_resource, vacuum=False)
+    assert await _vector_rows(root, other_resource) == []

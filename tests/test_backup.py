@@ -24,6 +24,7 @@ from psycopg import sql
 
 import popagent
 from popagent.embed import LocalEmbedder
+from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretDecryptError, SecretStore
 from popagent.store import audit as audit_sql
@@ -34,6 +35,8 @@ from popagent.threads import ThreadStore
 from tests.observe_support import insert_observed
 
 REPO = Path(__file__).parents[1]
+CALLER_MODEL = "caller:backup-test:3"
+CALLER = [0.5, -1.25, 3.0]
 
 LIST_TABLES = r"""
 SELECT tablename FROM pg_tables
@@ -158,6 +161,10 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
                 "An umbrella: it rains in May.",
             )
             assert lives.memory.happened_start and trip and trip.happened_start
+            # A vector a caller made with its own model (LangGraph's ``index=``).
+            await memory.write_caller_vectors(
+                resource, lives.memory.id, lives.memory.content_sha256, CALLER_MODEL, [CALLER]
+            )
             session = await threads.create_session(resource, "s1", title=f"Trip {n}")
             sid = session.session_id
             first = await threads.append_message(resource, sid, "user", "Hello", turn="start")
@@ -277,6 +284,12 @@ async def test_round_trip_restores_every_row_byte_for_byte(
                 found = await memory.recall(resources[1], "Lisbon river", mode=mode)
                 assert any("Lisbon" in r.memory.content for r in found), mode
             assert await memory.recall(resources[0], "Lisbn", mode="lexical")  # misspelled
+            # The vectors a caller made came back with them (popagent cannot remake them).
+            facts = await memory.list(resources[1], MemoryFilter(kind="fact"))
+            scores = await memory.caller_vector_scores(
+                resources[1], CALLER_MODEL, CALLER, ids=[f.id for f in facts]
+            )
+            assert list(scores.values()) == [pytest.approx(1.0)]
     finally:
         second.stop()
 

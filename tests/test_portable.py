@@ -40,6 +40,8 @@ from tests.observe_support import insert_chunk, insert_observed
 
 SECRET_VALUE = "s3cr3t-value-for-the-export-test"
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+CALLER_MODEL = "caller:langgraph:langgraph:test-model:3"
+OWN_MODEL = "popagent-own-test-model"
 
 
 # --- databases ---------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
         importance=0.8,
         expires_at=datetime.now(UTC) + timedelta(days=7),
     )
-    await memory.remember(resource, "Prefers green tea", key="drink", importance=0.3)
+    drink = await memory.remember(resource, "Prefers green tea", key="drink", importance=0.3)
     gone = await memory.remember(resource, "Owns a red bicycle", key="bike")
     await memory.update_fact(resource, gone.memory.id, content="Owns a blue bicycle")
     await memory.delete(resource, gone.memory.id, kind="fact", origin="cli")
@@ -144,8 +146,24 @@ async def populate(memory: popagent.LongTermMemory, cipher: SecretCipher, resour
             origin="turn", turn_id=first.turn_id, message_ids=(first.id, final.id)
         ),
     )
-    await memory.retain_episode(resource, "chat-2", "A plain note.", "Plain reply.")
-    assert plain.turn_id is None
+    note = await memory.retain_episode(resource, "chat-2", "A plain note.", "Plain reply.")
+    assert plain.turn_id is None and note is not None
+    # Vectors made with a caller's own model (LangGraph's ``index=``): two chunks of a
+    # fact, one of an episode; values float32 holds exactly and not.
+    fact = drink.memory
+    await memory.write_caller_vectors(
+        resource, fact.id, fact.content_sha256, CALLER_MODEL, [[0.1, -2.5, 3e-8], [1.0, 0.0, 7.0]]
+    )
+    await memory.write_caller_vectors(
+        resource, note.id, note.content_sha256, CALLER_MODEL, [[1 / 3, 2.0, -3.4028235e38]]
+    )
+    # popagent's own model's vector of the fact: remade after an import, never exported.
+    async with memory.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO popagent_memory_embeddings (resource_id, memory_id, model, chunk, "
+            "dimensions, content_sha256, embedding) VALUES (%s, %s, %s, 0, 3, %s, '[1,2,3]')",
+            (resource, fact.id, OWN_MODEL, fact.content_sha256),
+        )
     await MemorySettingsStore(memory.pool).update(
         resource, observation_threshold_tokens=5_000, temporal_markers=True
     )
@@ -166,6 +184,8 @@ _TABLES = {
     "actors": "SELECT * FROM popagent_observation_actors WHERE resource_id = %(r)s",
     "settings": "SELECT * FROM popagent_memory_settings WHERE resource_id = %(r)s",
     "secrets": "SELECT * FROM popagent_secrets WHERE resource_id = %(r)s",
+    "vectors": "SELECT memory_id, model, chunk, dimensions, content_sha256, embedding::text "
+    "FROM popagent_memory_embeddings WHERE resource_id = %(r)s AND model LIKE 'caller:%%'",
 }
 
 
@@ -190,6 +210,7 @@ def portable_view(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[Any]]
     groups = {g["id"]: g for g in rows["groups"]}
     logs = {g["id"]: g for g in rows["logs"]}
     facts = {f["id"]: f for f in rows["facts"]}
+    memories = {m["id"]: m for m in (*rows["facts"], *rows["episodes"])}
 
     def message(id: int | None) -> Any:
         m = messages.get(id) if id is not None else None
@@ -218,6 +239,10 @@ def portable_view(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[Any]]
         fields = ("version", "key", "content", "importance", "expires_at", "session_id")
         ends = ("valid_from", "valid_to", "ended", "ended_origin", "ended_session_id")
         return (owner, *(row[k] for k in fields), *(row[k] for k in ends), provenance(row))
+
+    def owner(memory_id: int) -> tuple[str, str]:
+        """A memory by what it is: its kind and content."""
+        return memories[memory_id]["kind"], memories[memory_id]["content"]
 
     def drop(row: dict[str, Any], *names: str) -> Any:
         return sorted((k, repr(v)) for k, v in row.items() if k not in {"resource_id", *names})
@@ -258,6 +283,10 @@ def portable_view(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[Any]]
         "actors": [drop(a) for a in rows["actors"]],
         "settings": [drop(s, "version", "updated_at") for s in rows["settings"]],
         "secrets": [drop(s) for s in rows["secrets"]],
+        "vectors": sorted(
+            ((*owner(v["memory_id"]), *drop(v, "memory_id")) for v in rows["vectors"]),
+            key=repr,
+        ),
     }
     return view
 
@@ -296,18 +325,35 @@ async def test_export_imports_into_another_resource_and_database_and_again_chang
     assert types == sorted(types, key=popagent.portable.RECORD_TYPES.index)
     assert set(types) == set(popagent.portable.RECORD_TYPES) - {"secret"}
     assert SECRET_VALUE not in text and "API_TOKEN" not in text
-    assert "embedding" not in text
+    # The vectors a caller made are exported, tied to their memory's record by its id;
+    # popagent's own model's are not.
+    records = [json.loads(x) for x in lines[1:]]
+    vectors = [r for r in records if r["type"] == "caller_vector"]
+    (drink,) = [r for r in records if r["type"] == "fact" and r["key"] == "drink"]
+    (note,) = [r for r in records if r["type"] == "episode" and "plain note" in r["content"]]
+    assert [(v["memory_id"], v["model"], v["chunk"]) for v in vectors] == [
+        (drink["id"], CALLER_MODEL, 0),
+        (drink["id"], CALLER_MODEL, 1),
+        (note["id"], CALLER_MODEL, 0),
+    ]
+    assert vectors[0]["content_sha256"] == drink["content_sha256"]
+    assert OWN_MODEL not in text
+    # Each number as float32 holds it, in its shortest exact form.
+    assert [v["embedding"] for v in vectors][:2] == [[0.1, -2.5, 3e-8], [1.0, 0.0, 7.0]]
+    assert vectors[2]["embedding"] == [0.33333334, 2.0, -3.4028235e38]  # float32's largest
     assert await export_text(memory, resource) != text  # the header's time only
     assert (await export_text(memory, resource)).splitlines()[1:] == lines[1:]
 
     source = portable_view(await raw_rows(database_url, resource))
     assert len(source["versions"]) == 3 and len(source["groups"]) == 2
+    assert len(source["vectors"]) == 3
 
     into_other = await import_resource(memory.pool, lines, resource_id=other_resource)
     assert into_other.counts["fact"]["added"] == 3
     assert into_other.counts["fact_version"]["added"] == 3
     assert into_other.counts["message"]["added"] == 6
     assert into_other.counts["settings"]["added"] == 1
+    assert into_other.counts["caller_vector"]["added"] == 3
     other_rows = await raw_rows(database_url, other_resource)
     expected = {**source, "secrets": []}
     assert portable_view(other_rows) == expected
@@ -407,6 +453,36 @@ def _corrupt(lines: list[str], record_type: str, **changes: Any) -> tuple[list[s
         ),
         ("observation_group", {"log_id": 1}, "observation_group.log_id", ValidationError),
         ("session", {"type": "sesion"}, "record.type", ValidationError),
+        # A caller's vector: checked as the library's write of one, and tied to a memory.
+        (
+            "caller_vector",
+            {"embedding": [3.41e38, 0, 0]},
+            "caller_vector.embedding",
+            ValidationError,
+        ),
+        ("caller_vector", {"embedding": [1, "2", 3]}, "caller_vector.embedding", ValidationError),
+        ("caller_vector", {"embedding": [True, 0, 0]}, "caller_vector.embedding", ValidationError),
+        ("caller_vector", {"embedding": []}, "caller_vector.embedding", ValidationError),
+        (
+            "caller_vector",
+            {"embedding": [0.5] * 16_001},
+            "caller_vector.embedding",
+            ValidationError,
+        ),
+        ("caller_vector", {"embedding": "[1,2,3]"}, "caller_vector.embedding", ValidationError),
+        ("caller_vector", {"model": "test-model"}, "caller_vector.model", ValidationError),
+        ("caller_vector", {"model": "caller:" + "m" * 194}, "caller_vector.model", ValidationError),
+        ("caller_vector", {"chunk": 1000}, "caller_vector.chunk", ValidationError),
+        ("caller_vector", {"chunk": -1}, "caller_vector.chunk", ValidationError),
+        (
+            "caller_vector",
+            {"content_sha256": "AB"},
+            "caller_vector.content_sha256",
+            ValidationError,
+        ),
+        ("caller_vector", {"memory_id": 2**40}, "caller_vector.memory_id", ValidationError),
+        ("caller_vector", {"memory_id": None}, "caller_vector.memory_id", ValidationError),
+        ("caller_vector", {"dimensions": 3}, "caller_vector.dimensions", ValidationError),
     ],
 )
 async def test_a_bad_record_names_its_line_and_field_and_nothing_is_written(
@@ -431,6 +507,63 @@ async def test_a_bad_record_names_its_line_and_field_and_nothing_is_written(
     assert all(not rows for rows in (await raw_rows(database_url, other_resource)).values())
 
 
+@pytest.fixture
+async def exported(memory: popagent.LongTermMemory, cipher: SecretCipher, resource: str) -> str:
+    """The export of a resource with everything (``populate``)."""
+    await populate(memory, cipher, resource)
+    return await export_text(memory, resource)
+
+
+async def test_caller_vectors_go_to_their_memory_whole_or_not_at_all(
+    memory: popagent.LongTermMemory,
+    database_url: str,
+    resource: str,
+    other_resource: str,
+    exported: str,
+) -> None:
+    lines = exported.splitlines()
+    # The chunks of one memory and model have one size: the first that differs is named.
+    bad, lineno = _corrupt(lines, "caller_vector", embedding=[1.0, 2.0])
+    with pytest.raises(ValidationError) as caught:
+        await import_resource(memory.pool, bad, resource_id=other_resource)
+    assert caught.value.field == f"line {lineno + 1}: caller_vector.embedding"
+    # A memory has one id: a fact's and an episode's may not be the same.
+    records = [json.loads(x) for x in lines]
+    fact_id = next(r["id"] for r in records if r.get("type") == "fact")
+    bad, lineno = _corrupt(lines, "episode", id=fact_id)
+    bad, vector_line = _corrupt(bad, "caller_vector", memory_id=fact_id)
+    with pytest.raises(ValidationError) as caught:
+        await import_resource(memory.pool, bad, resource_id=other_resource)
+    assert caught.value.field == f"line {vector_line}: caller_vector.memory_id"
+    assert all(not rows for rows in (await raw_rows(database_url, other_resource)).values())
+
+    # Vectors made from other content than their memory holds (the hash they name) are
+    # skipped, all of that memory's; the other memory's are written.
+    stale, _ = _corrupt(lines, "caller_vector", content_sha256="0" * 64)
+    report = await import_resource(memory.pool, stale, resource_id=other_resource)
+    outcomes = {"added": 1, "updated": 0, "unchanged": 0, "skipped": 2}
+    assert report.counts["caller_vector"] == outcomes
+    assert len((await raw_rows(database_url, other_resource))["vectors"]) == 1
+    # The whole file then adds the fact's two and leaves the episode's.
+    report = await import_resource(memory.pool, lines, resource_id=other_resource)
+    outcomes = {"added": 2, "updated": 0, "unchanged": 1, "skipped": 0}
+    assert report.counts["caller_vector"] == outcomes
+    source = portable_view(await raw_rows(database_url, resource))
+    assert (
+        portable_view(await raw_rows(database_url, other_resource))["vectors"] == source["vectors"]
+    )
+    # A memory that has other vectors of the model in the target keeps them.
+    (drink,) = await memory.list(other_resource, MemoryFilter(kind="fact", key="drink"))
+    await memory.write_caller_vectors(
+        other_resource, drink.id, drink.content_sha256, CALLER_MODEL, [[9.0, 9.0, 9.0]]
+    )
+    kept = await raw_rows(database_url, other_resource)
+    report = await import_resource(memory.pool, lines, resource_id=other_resource)
+    outcomes = {"added": 0, "updated": 0, "unchanged": 1, "skipped": 2}
+    assert report.counts["caller_vector"] == outcomes
+    assert await raw_rows(database_url, other_resource) == kept
+
+
 async def test_broken_files_are_refused(
     memory: popagent.LongTermMemory,
     database_url: str,
@@ -448,7 +581,7 @@ async def test_broken_files_are_refused(
             "line 1: header.version",
         ),
         ([], "line 1"),
-        ([*lines, lines[-1]], f"line {len(lines) + 1}: episode.id"),
+        ([*lines, lines[-1]], f"line {len(lines) + 1}: caller_vector.chunk"),
     ]
     for broken, field in cases:
         with pytest.raises(ValidationError) as caught:

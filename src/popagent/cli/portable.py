@@ -45,8 +45,9 @@ def _counts_line(counts: dict[str, int]) -> str:
 )
 @click.pass_context
 def export_command(ctx: click.Context, include_secrets: bool, output: str) -> None:
-    """Export the resource (--resource-id) as JSON Lines (embeddings excluded: `popagent
-    embed` remakes them)."""
+    """Export the resource (--resource-id) as JSON Lines (popagent's own embeddings
+    excluded: `popagent embed` remakes them; vectors made with a caller's model, such as
+    LangGraph's index=, included)."""
     settings: Settings = ctx.obj
     resource_id = settings.resource_id
     if output == "-":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from ..checks import check_text
 from ..errors import ValidationError
 from ..store import caller_vectors as store
 from ..store.caller_vectors import CALLER_MODEL_PREFIX, DISTANCES, Distance
@@ -21,7 +22,11 @@ from .validation import check_id
 
 __all__ = [
     "MAX_CALLER_VECTORS",
+    "MAX_DIMENSIONS",
+    "MAX_MODEL_CHARS",
     "caller_vector_scores",
+    "check_model",
+    "check_vector",
     "extend_expiry",
     "write_caller_vectors",
 ]
@@ -31,9 +36,14 @@ MAX_CALLER_VECTORS = 1_000
 #: pgvector's (and migration 0009's) largest dimension.
 MAX_DIMENSIONS = 16_000
 MAX_MODEL_CHARS = 200
+#: pgvector keeps float32: a magnitude from here up rounds to infinity there, and is
+#: refused (below it, a number rounds to float32's largest, 3.4028235e38, at most).
+FLOAT32_LIMIT = 2.0**128 - 2.0**103
 
 
-def _check_model(model: object) -> str:
+def check_model(model: object, field: str = "model") -> str:
+    """A caller's model name: ``caller:`` and at least one more character, at most
+    ``MAX_MODEL_CHARS``, text PostgreSQL can store."""
     if (
         not isinstance(model, str)
         or not model.startswith(CALLER_MODEL_PREFIX)
@@ -41,20 +51,32 @@ def _check_model(model: object) -> str:
         or len(model) > MAX_MODEL_CHARS
     ):
         raise ValidationError(
-            "model",
+            field,
             f"must start with {CALLER_MODEL_PREFIX!r} and be at most {MAX_MODEL_CHARS} characters",
         )
-    return model
+    return check_text(field, model)
 
 
-def _check_vector(vector: object, field: str, dimensions: int | None = None) -> list[float]:
+def check_vector(vector: object, field: str, dimensions: int | None = None) -> list[float]:
+    """``vector`` as floats: 1 to ``MAX_DIMENSIONS`` finite numbers that float32 holds
+    (``dimensions`` of them when given); ``ValidationError`` naming ``field``."""
     if isinstance(vector, str | bytes) or not isinstance(vector, Sequence):
         raise ValidationError(field, "must be a list of numbers")
+    if len(vector) > MAX_DIMENSIONS:
+        raise ValidationError(field, f"must have 1 to {MAX_DIMENSIONS} dimensions")
     values: list[float] = []
     for x in vector:
-        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        if isinstance(x, bool) or not isinstance(x, int | float):
             raise ValidationError(field, "must hold finite numbers only")
-        values.append(float(x))
+        try:
+            value = float(x)
+        except OverflowError:  # an integer beyond a double
+            value = math.inf
+        if not abs(value) < FLOAT32_LIMIT:  # also NaN and the infinities
+            raise ValidationError(
+                field, f"must hold finite numbers of magnitude below {FLOAT32_LIMIT:.8g}"
+            )
+        values.append(value)
     if not 1 <= len(values) <= MAX_DIMENSIONS:
         raise ValidationError(field, f"must have 1 to {MAX_DIMENSIONS} dimensions")
     if dimensions is not None and len(values) != dimensions:
@@ -77,10 +99,10 @@ async def write_caller_vectors(
     whose SHA-256 is ``content_sha256``; how many were written."""
     resource_id = check_id("resource_id", resource_id)
     memory_id = check_memory_id(memory_id, "memory_id")
-    model = _check_model(model)
+    model = check_model(model)
     if len(vectors) > MAX_CALLER_VECTORS:
         raise ValidationError("vectors", f"at most {MAX_CALLER_VECTORS} per memory")
-    checked = [_check_vector(v, "vectors") for v in vectors]
+    checked = [check_vector(v, "vectors") for v in vectors]
     if len({len(v) for v in checked}) > 1:
         raise ValidationError("vectors", "must all have the same dimensions")
     async with self._pool.connection() as conn, conn.transaction():
@@ -102,10 +124,10 @@ async def caller_vector_scores(
     its nearest to ``query`` (``distance``: ``cosine``, ``inner_product``, or ``l2``,
     reported as the negative distance); higher is nearer."""
     resource_id = check_id("resource_id", resource_id)
-    model = _check_model(model)
+    model = check_model(model)
     if distance not in DISTANCES:
         raise ValidationError("distance", f"must be one of {sorted(DISTANCES)}")
-    vector = _check_vector(query, "query")
+    vector = check_vector(query, "query")
     async with self._pool.connection() as conn:
         return await store.vector_scores(
             conn, resource_id, model, vector, distance, [check_memory_id(i) for i in ids]

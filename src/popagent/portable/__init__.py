@@ -2,8 +2,9 @@
 
 The format is JSON Lines, documented in docs/export-format.md: a header line,
 then one record per line (facts with their versions and provenance, episodes,
-sessions, turns, messages, observations, settings and, only when asked, the
-secrets' ciphertext). ``import_mem0`` reads Mem0's exported memories.
+sessions, turns, messages, observations, settings, the vectors callers made
+with their own models and, only when asked, the secrets' ciphertext).
+``import_mem0`` reads Mem0's exported memories.
 
 Layering: this package sits above ``memory``, ``threads`` and ``observe``
 (whose checks it applies) and below the CLI; its SQL is in

@@ -6,9 +6,11 @@ Invariants:
   the export began.
 - Secrets are written only with ``include_secrets``, and then as the
   ciphertext, nonce and key fingerprint stored: nothing here decrypts.
-- Embeddings and recall bookkeeping (access counts, statistics) are not
-  exported: an import queues its memories for new vectors (the vector worker
-  writes them; ``popagent embed`` at once).
+- popagent's own embeddings and recall bookkeeping (access counts,
+  statistics) are not exported: an import queues its memories for new vectors
+  (the vector worker writes them; ``popagent embed`` at once). The vectors
+  callers made with their own models (LangGraph's ``index=``) are exported
+  (``caller_vector`` records): popagent could never remake them.
 """
 
 from __future__ import annotations

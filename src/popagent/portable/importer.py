@@ -44,6 +44,7 @@ from ..observe.settings import MemorySettings
 from ..observe.settings_store import settings_from_row, settings_to_row
 from ..offload import off_loop
 from ..store import portable_import as sql
+from ..store import portable_vectors as vector_sql
 from ..store import settings as settings_sql
 from ..store.database import Conn, Pool
 from .reading import LINE_CAP, decode_line, is_blank_line, line_error, parse_line, read_lines
@@ -388,6 +389,23 @@ class _Writer:
         added = await self._count(sql.INSERT_EPISODES)
         self._add("episode", added=added, unchanged=total - added)
 
+    async def caller_vectors(self, total: int) -> None:
+        """After the facts and episodes: each vector to its memory in the target."""
+        if not total:
+            return
+        self.step = "caller vectors"
+        for statement in (
+            vector_sql.MATCH_EPISODES,
+            vector_sql.TARGET_FACT_VECTORS,
+            vector_sql.TARGET_EPISODE_VECTORS,
+            vector_sql.HELD_VECTORS,
+        ):
+            await self._run(statement)
+        added = await self._count(vector_sql.INSERT_CALLER_VECTORS)
+        await self._run(vector_sql.SAME_VECTORS)
+        same = await self._count(vector_sql.SAME_VECTORS_COUNT)
+        self._add("caller_vector", added=added, unchanged=same - added, skipped=total - same)
+
     async def secrets(self) -> None:
         self.step = "secrets"
         await self._run(sql.ADD_SECRETS)
@@ -444,10 +462,11 @@ async def import_resource(
     in one transaction (rolled back afterwards with ``dry_run``, which reports what
     an import would do). ``ValidationError`` names the bad line and field;
     ``ConflictError`` a fact whose key the target holds with another value. Either
-    way nothing is written. Embeddings are not part of an export: the imported
-    memories wait for their vectors (``popagent_pending_vectors``), which a vector
-    worker writes after the commit (a server's, or ``LongTermMemory.wait_for_vectors``,
-    or ``popagent embed``).
+    way nothing is written. The vectors callers made with their own models
+    (``caller_vector`` records) are written with their memories; popagent's own
+    model's are not part of an export: the imported memories wait for them
+    (``popagent_pending_vectors``), which a vector worker writes after the commit (a
+    server's, or ``LongTermMemory.wait_for_vectors``, or ``popagent embed``).
     """
     numbered = _numbered(lines)
     source = _header(numbered)
@@ -481,5 +500,6 @@ async def import_resource(
         await writer.facts(sequences["fact"], totals["fact"])
         await writer.fact_versions(sequences["fact"], totals["fact_version"])
         await writer.episodes(totals["episode"])
+        await writer.caller_vectors(totals["caller_vector"])
         await writer.secrets()
     return writer.report(dry_run=dry_run)

@@ -30,6 +30,7 @@ from typing import Any, get_args
 from ..checks import check_id, check_new_session_id, check_text, is_blank
 from ..credentials import redacted
 from ..errors import ValidationError
+from ..memory.caller_vectors import MAX_CALLER_VECTORS, check_model, check_vector
 from ..memory.longterm import sha256_hex
 from ..memory.temporal import PRECISIONS
 from ..memory.validation import (
@@ -42,6 +43,7 @@ from ..memory.validation import (
 )
 from ..models import ORIGINS, Provenance, Role, TurnStatus, VersionEnd
 from ..observe.settings import MemorySettings
+from ..store.caller_vectors import caller_literal
 from ..threads.items import check_item, screen_item
 from ..threads.service import (
     MESSAGE_CAP,
@@ -79,6 +81,7 @@ RECORD_TYPES = (
     "fact",
     "fact_version",
     "episode",
+    "caller_vector",
     "secret",
 )
 #: An episode is "User: ...\nAssistant: ..." with both sides capped.
@@ -122,6 +125,7 @@ FIELDS: dict[str, frozenset[str]] = {
         | set(_PROVENANCE_FIELDS)
         | set(_EVENT_FIELDS)
     ),
+    "caller_vector": frozenset({"memory_id", "model", "chunk", "content_sha256", "embedding"}),
     "secret": frozenset(
         {"name", "ciphertext", "nonce", "key_id", "created_at", "updated_at", "last_used_at"}
         | {"expires_at"}
@@ -501,6 +505,24 @@ def _episode(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _caller_vector(obj: dict[str, Any]) -> dict[str, Any]:
+    """One vector a caller made with its own model (LangGraph's ``index=``), checked as
+    ``LongTermMemory.write_caller_vectors`` checks it; the import writes it only where
+    its memory holds the content whose hash it names."""
+    value = obj.get("content_sha256")
+    if not (isinstance(value, str) and _SHA256.fullmatch(value)):
+        raise ValidationError("content_sha256", "must be 64 lower-case hex digits")
+    vector = check_vector(_get(obj, "embedding", False), "embedding")
+    return {
+        "memory_id": _int(obj, "memory_id"),
+        "model": check_model(_get(obj, "model", False)),
+        "chunk": _int(obj, "chunk", low=0, high=MAX_CALLER_VECTORS - 1),
+        "sha": value,
+        "dimensions": len(vector),
+        "embedding": caller_literal(vector),
+    }
+
+
 def _secret(obj: dict[str, Any]) -> dict[str, Any]:
     name = _text(obj, "name")
     if not _SECRET_NAME.fullmatch(name):
@@ -533,6 +555,7 @@ _CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "fact": _fact,
     "fact_version": _fact_version,
     "episode": _episode,
+    "caller_vector": _caller_vector,
     "secret": _secret,
 }
 

@@ -5,8 +5,9 @@ A framework store that embeds its items with the caller's model (LangGraph's
 ``index=`` config) keeps those vectors in ``popagent_memory_embeddings`` beside
 popagent's own, under a model name that starts with ``CALLER_MODEL_PREFIX``. So
 they belong to their memory (deleted with it, and with its old content when the
-content changes: migration 0009's trigger), a purge and a backup carry them, and
-recall never ranks them: recall reads only its own model's rows. Nothing in
+content changes: migration 0009's trigger), a purge removes them, a backup and
+an export carry them (``popagent export`` writes them as ``caller_vector`` records:
+``store.portable``), and recall never ranks them: recall reads only its own model's rows. Nothing in
 popagent remakes them (popagent has not got the caller's model), so the vector
 worker's ``prune`` of other models' vectors leaves them alone
 (``store.vectors.DELETE_OTHER_MODELS``).
@@ -25,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+import numpy as np
+
 from .database import Conn
 from .vectors import DELETE_MEMORY_VECTORS
 
@@ -32,6 +35,7 @@ __all__ = [
     "CALLER_MODEL_PREFIX",
     "DISTANCES",
     "Distance",
+    "caller_literal",
     "extend_expiry",
     "replace_caller_vectors",
     "vector_scores",
@@ -84,9 +88,12 @@ WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
 """
 
 
-def _literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a list of floats (pgvector keeps them as float32)."""
-    return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
+def caller_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a list of floats: each rounded to float32 here (as
+    pgvector keeps it; the caller has checked that it fits), then written with the 9
+    significant digits that bring a float32 back exactly."""
+    rounded = np.asarray(vector, dtype=np.float32).tolist()
+    return "[" + ",".join(format(x, ".9g") for x in rounded) + "]"
 
 
 async def replace_caller_vectors(
@@ -111,7 +118,7 @@ async def replace_caller_vectors(
             "sha": content_sha256,
             "dimensions": len(vectors[0]),
             "chunks": list(range(len(vectors))),
-            "vectors": [_literal(v) for v in vectors],
+            "vectors": [caller_literal(v) for v in vectors],
         },
     )
     return cur.rowcount
@@ -135,7 +142,7 @@ async def vector_scores(
             "resource_id": resource_id,
             "model": model,
             "dimensions": len(query),
-            "query": _literal(query),
+            "query": caller_literal(query),
             "ids": list(ids),
         },
     )

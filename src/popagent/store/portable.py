@@ -9,7 +9,9 @@ Invariants:
 - Reads return rows in a stable order (by natural key, then id), so two
   exports of an unchanged resource are equal apart from their header's time.
 - Secrets are read as ciphertext only; nothing here decrypts.
-- Embeddings are not read (the vector worker remakes them after an import).
+- Of the embeddings, only the vectors callers made with their own models are
+  read (``store.caller_vectors``: popagent cannot remake them); popagent's own
+  model's vectors are not (the vector worker remakes them after an import).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .caller_vectors import CALLER_MODEL_PREFIX
 from .database import Conn
 from .memories import EVENT_COLUMNS
 
@@ -72,6 +75,13 @@ WHERE resource_id = %(resource_id)s ORDER BY fact_id, version
 SELECT id, session_id, content, content_sha256, importance, {_PROVENANCE}, created_at, {_EVENT}
 FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'episode' ORDER BY created_at, id
+""",
+    # As float4 values, whose shortest text form brings each back exactly.
+    "caller_vector": f"""
+SELECT memory_id, model, chunk, content_sha256, embedding::real[] AS embedding
+FROM popagent_memory_embeddings
+WHERE resource_id = %(resource_id)s AND starts_with(model, '{CALLER_MODEL_PREFIX}')
+ORDER BY memory_id, model, chunk
 """,
     "secret": """
 SELECT name, ciphertext, nonce, key_id, created_at, updated_at, last_used_at, expires_at

@@ -6,6 +6,8 @@ checks the references between them and writes them with a few statements per
 type (``INSERT ... SELECT``). So the importing process holds one batch of
 records at a time, whatever the file's size; the id maps (a source id and the
 target row it became) are columns of the staging tables, not Python objects.
+The writes of ``caller_vector`` records (the vectors callers made) are in
+``store.portable_vectors``.
 
 Invariants:
 - Everything runs inside the caller's transaction: the staging tables are
@@ -138,6 +140,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "created_at",
         *EVENT_COLUMNS,
     ),
+    "caller_vector": ("memory_id", "model", "chunk", "sha", "dimensions", "embedding"),
     "secret": (
         "name",
         "ciphertext",
@@ -207,9 +210,19 @@ _STAGED: dict[str, str] = {
     valid_from timestamptz NOT NULL, valid_to timestamptz NOT NULL, ended text NOT NULL,
     ended_origin text NOT NULL, ended_session_id text,
     in_file boolean NOT NULL DEFAULT false, target_id bigint""",
+    # target_id: the target's episode of the same content (after the writes).
     "episode": f"""id bigint NOT NULL, session_id text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, {_PROVENANCE},
-    created_at timestamptz NOT NULL, {_EVENT}""",
+    created_at timestamptz NOT NULL, {_EVENT},
+    target_id bigint""",
+    # target_id and memory_sha: the target's memory the vector goes to, and the content
+    # hash it holds; held: the target has vectors of this model for it already; same:
+    # the target holds this very vector.
+    "caller_vector": """memory_id bigint NOT NULL, model text NOT NULL,
+    chunk smallint NOT NULL, sha text NOT NULL, dimensions integer NOT NULL,
+    embedding vector NOT NULL,
+    target_id bigint, memory_sha text, held boolean NOT NULL DEFAULT false,
+    same boolean NOT NULL DEFAULT false""",
     "secret": """name text NOT NULL, ciphertext bytea NOT NULL,
     nonce bytea NOT NULL, key_id text NOT NULL, created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL, last_used_at timestamptz, expires_at timestamptz,
@@ -230,6 +243,8 @@ _INDEXES = (
     "CREATE INDEX ON import_observation_group (id)",
     "CREATE INDEX ON import_fact (id)",
     "CREATE INDEX ON import_fact_version (fact_id)",
+    "CREATE INDEX ON import_episode (id)",
+    "CREATE INDEX ON import_caller_vector (memory_id)",
 )
 
 
@@ -274,6 +289,7 @@ DUPLICATES: dict[str, tuple[str, str, str, str]] = {
     "fact_content": ("fact", "content", "sha", "key IS NULL"),
     "fact_version": ("fact_version", "version", "fact_id, version", "true"),
     "episode": ("episode", "id", "id", "true"),
+    "caller_vector": ("caller_vector", "chunk", "memory_id, model, chunk", "true"),
     "secret": ("secret", "name", "name", "true"),
 }
 
@@ -338,6 +354,42 @@ WHERE r.version >= f.version
 ORDER BY r.lineno LIMIT 1
 """,
     ),
+    "vector_memory": (
+        "caller_vector",
+        "memory_id",
+        "names no fact or episode record of this file",
+        """
+SELECT lineno FROM import_caller_vector r
+WHERE NOT EXISTS (SELECT 1 FROM import_fact f WHERE f.id = r.memory_id)
+  AND NOT EXISTS (SELECT 1 FROM import_episode e WHERE e.id = r.memory_id)
+ORDER BY lineno LIMIT 1
+""",
+    ),
+    "vector_memory_twice": (
+        "caller_vector",
+        "memory_id",
+        "names both a fact and an episode record of this file (a memory has one id)",
+        """
+SELECT lineno FROM import_caller_vector r
+WHERE EXISTS (SELECT 1 FROM import_fact f WHERE f.id = r.memory_id)
+  AND EXISTS (SELECT 1 FROM import_episode e WHERE e.id = r.memory_id)
+ORDER BY lineno LIMIT 1
+""",
+    ),
+    # The vectors of one memory and model are of one size, as each write makes them.
+    "vector_dimensions": (
+        "caller_vector",
+        "embedding",
+        "must have as many dimensions as the other chunks of its memory and model",
+        """
+SELECT lineno FROM (
+    SELECT lineno, dimensions,
+           first_value(dimensions) OVER (PARTITION BY memory_id, model ORDER BY chunk) AS first
+    FROM import_caller_vector
+) d
+WHERE dimensions <> first ORDER BY lineno LIMIT 1
+""",
+    ),
 }
 
 #: The order of the checks (a name of ``DUPLICATES`` or of ``ORPHANS``): the
@@ -363,6 +415,10 @@ CHECKS: tuple[tuple[str, str], ...] = (
     ("duplicate", "fact_version"),
     ("orphan", "version_below"),
     ("duplicate", "episode"),
+    ("duplicate", "caller_vector"),
+    ("orphan", "vector_memory"),
+    ("orphan", "vector_memory_twice"),
+    ("orphan", "vector_dimensions"),
     ("duplicate", "secret"),
 )
 
