@@ -5,19 +5,27 @@ of statement-level triggers, so that the tables can be distributed with Citus)
 and 0016 (a row trigger queues each new memory for the background vector
 worker), every insert and delete of a memory does its bookkeeping differently.
 This times the library's write paths with recall by words alone (no model, so
-only the SQL differs) in the same disposable cluster: each code runs in a
-subprocess of its own, on a database of its own, and the two alternate
-``--rounds`` times so that a busy moment of the machine hits both.
+only the SQL and the Python around it differ) in the same disposable cluster:
+each code runs in a subprocess of its own, on a database of its own.
+
+The two codes take turns step by step: each operation is cut into steps (10
+single calls, one batch, one slice of a cleanup), and the baseline and this
+tree run each step one after the other, in an order that alternates, so that a
+busy moment of a shared machine hits both (a whole round each, as an earlier
+version of this bench ran them, let one code's round fall into a busy minute:
+ratios moved by up to 2x between runs). ``--rounds`` repeats it all on fresh
+databases; the samples of all rounds are pooled.
 
 Since migration 0020 every statement that writes or deletes messages also counts
 their bytes in the resource's statistics row (the storage quota); the thread
 writes (a message, a session item, batches of items, a session's delete) are
 timed too, where the baseline has them.
 
-Printed per operation: calls, p50/p95 in ms (single calls) or rows/s (batches),
-and the ratio of this tree to the baseline (below 1.00x: faster).
+Printed per operation: the p50 and p95 of its samples in ms (a single call, a
+batch of 500 episodes or 100 items, a cleanup of 1,000 episodes), and the ratio
+of this tree to the baseline (below 1.00x: faster).
 
-    python bench/writes.py [--baseline-ref 9a2ab5e] [--rounds 3] [--calls 200]
+    python bench/writes.py [--baseline-ref 236007e] [--rounds 3] [--calls 200]
 """
 
 from __future__ import annotations
@@ -31,105 +39,108 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Run in a subprocess with the code under test first on sys.path: prints one JSON line.
+# Run in a subprocess with the code under test first on sys.path. It prints the
+# operations it has (one JSON line), then runs one step per line read from stdin
+# (``[operation, step]``) and prints its samples in seconds (or ``{"error": ...}``).
 _CHILD = r"""
-import asyncio, json, statistics, sys, time
+import asyncio, json, math, sys, time
 from datetime import UTC, datetime, timedelta
 import popagent
 from popagent import EpisodeTurn
 
-URL, CALLS = sys.argv[1], int(sys.argv[2])
+URL, CALLS, STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 WORDS = ("garden tomato bicycle piano lisbon coffee budget doctor kitchen holiday "
          "guitar meeting office recipe river mountain teacher window summer").split()
+BULK, SLICE = 500, 1_000
 
 def text(i, n=12):
     return " ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(n)) + f" {i}"
 
-def ms(samples):
-    samples = sorted(samples)
-    return [round(statistics.median(samples) * 1000, 2),
-            round(samples[int(0.95 * (len(samples) - 1))] * 1000, 2)]
-
 async def main():
-    out = {}
     async with popagent.connect(URL, embedder=None) as root:
         # Before the composition root, connect() yielded the memory itself.
         memory = getattr(root, "memory", root)
+        threads, items = getattr(root, "threads", None), getattr(root, "items", None)
         rid = "bench-writes"
         now = datetime.now(UTC)
-        t = []
-        for i in range(CALLS):
-            s = time.perf_counter()
-            await memory.remember(rid, f"Fact {text(i)}", key=f"k.{i}")
-            t.append(time.perf_counter() - s)
-        out["remember (new key)"] = ms(t)
-        t = []
-        for i in range(CALLS):
-            s = time.perf_counter()
-            await memory.remember(rid, f"Fact changed {text(i + 1)}", key=f"k.{i}")
-            t.append(time.perf_counter() - s)
-        out["remember (update)"] = ms(t)
-        t = []
-        for i in range(CALLS):
-            s = time.perf_counter()
-            await memory.retain_episode(rid, f"s{i % 10}", text(i), text(i + 5, 30))
-            t.append(time.perf_counter() - s)
-        out["retain_episode"] = ms(t)
         turns = [EpisodeTurn(f"s{i % 50}", text(i + 1000), text(i + 2000, 40),
                              now - timedelta(minutes=i)) for i in range(10_000)]
-        s = time.perf_counter()
-        for k in range(0, len(turns), 500):
-            await memory.retain_episodes(rid, turns[k:k + 500])
-        out["retain_episodes (rows/s)"] = round(len(turns) / (time.perf_counter() - s), 1)
-        t = []
-        try:
-            for i in range(CALLS):
+        state = {}
+
+        async def calls(step, call):
+            samples = []
+            for i in range(step * STEP, min((step + 1) * STEP, CALLS)):
                 s = time.perf_counter()
-                await memory.recall(rid, text(i * 13, 4), touch=False)
-                t.append(time.perf_counter() - s)
-            out["recall (lexical)"] = ms(t)
-        except Exception as exc:  # an older commit's bug is a result too
-            out["recall (lexical)"] = f"error: {type(exc).__name__}: {exc}"
-        facts = await memory.list(rid, popagent.MemoryFilter(kind="fact", limit=CALLS))
-        t = []
-        for m in facts:
+                await call(i)
+                samples.append(time.perf_counter() - s)
+            return samples
+
+        async def once(call):
             s = time.perf_counter()
-            await memory.delete(rid, m.id)
-            t.append(time.perf_counter() - s)
-        out["delete (fact)"] = ms(t)
-        s = time.perf_counter()
-        removed = await memory.cleanup(rid, kind="episode")
-        out["cleanup (rows/s)"] = round(removed / (time.perf_counter() - s), 1)
-        # Thread writes (since 0020 each counts its bytes for the storage quota).
-        threads, items = getattr(root, "threads", None), getattr(root, "items", None)
+            await call()
+            return [time.perf_counter() - s]
+
+        async def delete_fact(i):
+            if "facts" not in state:
+                state["facts"] = await memory.list(
+                    rid, popagent.MemoryFilter(kind="fact", limit=CALLS))
+            await memory.delete(rid, state["facts"][i].id)
+
+        async def cleanup_slice(step):
+            # Slice k removes the bulk episodes told 9000 - 1000k .. 10000 - 1000k
+            # minutes ago; the last one everything left (and the single episodes).
+            cut = None
+            if step < 9:
+                cut = now - timedelta(minutes=(9 - step) * SLICE, seconds=30)
+            s = time.perf_counter()
+            removed = await memory.cleanup(rid, kind="episode", older_than=cut)
+            return [(time.perf_counter() - s) / max(removed, 1) * SLICE]
+
+        async def thread_call(step, call):
+            if "session" not in state:
+                state["session"] = await threads.create_session(rid, "chat")
+            return await calls(step, call)
+
+        batch = [{"role": "assistant", "content": text(i, 40)} for i in range(100)]
+        per_call = math.ceil(CALLS / STEP)
+        ops = {
+            "remember (new key)": (per_call, lambda k: calls(k, lambda i: memory.remember(
+                rid, f"Fact {text(i)}", key=f"k.{i}"))),
+            "remember (update)": (per_call, lambda k: calls(k, lambda i: memory.remember(
+                rid, f"Fact changed {text(i + 1)}", key=f"k.{i}"))),
+            "retain_episode": (per_call, lambda k: calls(k, lambda i: memory.retain_episode(
+                rid, f"s{i % 10}", text(i), text(i + 5, 30)))),
+            "retain_episodes (500 rows)": (len(turns) // BULK, lambda k: once(
+                lambda: memory.retain_episodes(rid, turns[k * BULK:(k + 1) * BULK]))),
+            "recall (lexical)": (per_call, lambda k: calls(k, lambda i: memory.recall(
+                rid, text(i * 13, 4), touch=False))),
+            "delete (fact)": (per_call, lambda k: calls(k, delete_fact)),
+            "cleanup (1,000 episodes)": (10, cleanup_slice),
+        }
         if threads is not None and items is not None:
-            await threads.create_session(rid, "chat")
-            t = []
-            for i in range(CALLS):
-                s = time.perf_counter()
-                await threads.append_message(rid, "chat", "user", text(i, 40))
-                t.append(time.perf_counter() - s)
-            out["append_message"] = ms(t)
-            t = []
-            for i in range(CALLS):
-                s = time.perf_counter()
-                await items.append(rid, "items", [{"role": "user", "content": text(i, 40)}])
-                t.append(time.perf_counter() - s)
-            out["items.append (1 item)"] = ms(t)
-            batch = [{"role": "assistant", "content": text(i, 40)} for i in range(100)]
-            s = time.perf_counter()
-            for k in range(20):
-                await items.append(rid, f"bulk{k}", batch)
-            out["items.append 100 (rows/s)"] = round(2000 / (time.perf_counter() - s), 1)
-            s = time.perf_counter()
-            for k in range(20):
-                await threads.delete_session(rid, f"bulk{k}")
-            out["delete_session 100 (rows/s)"] = round(2000 / (time.perf_counter() - s), 1)
-    print(json.dumps(out))
+            ops |= {
+                "append_message": (per_call, lambda k: thread_call(
+                    k, lambda i: threads.append_message(rid, "chat", "user", text(i, 40)))),
+                "items.append (1 item)": (per_call, lambda k: calls(k, lambda i: items.append(
+                    rid, "items", [{"role": "user", "content": text(i, 40)}]))),
+                "items.append (100 items)": (20, lambda k: once(
+                    lambda: items.append(rid, f"bulk{k}", batch))),
+                "delete_session (100 items)": (20, lambda k: once(
+                    lambda: threads.delete_session(rid, f"bulk{k}"))),
+            }
+        print(json.dumps({op: steps for op, (steps, _) in ops.items()}), flush=True)
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            op, step = json.loads(line)
+            try:
+                reply = await ops[op][1](step)
+            except Exception as exc:  # an older commit's bug is a result too
+                reply = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            print(json.dumps(reply), flush=True)
 
 asyncio.run(main())
 """
@@ -147,87 +158,138 @@ def baseline_tree(ref: str, tmp: Path) -> Path:
     return old
 
 
-def run_child(src: Path, url: str, calls: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src), "POPAGENT_EMBEDDER": "none"}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, url, str(calls)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{src}: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+class Child:
+    """One code's subprocess on its own database: ``ops`` maps each operation it
+    has to its number of steps; ``step`` runs one and returns its samples."""
+
+    def __init__(self, src: Path, url: str, calls: int, step: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(src), "POPAGENT_EMBEDDER": "none"}
+        self.src = src
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, url, str(calls), str(step)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.ops: dict[str, int] = self._reply()
+
+    def _reply(self) -> Any:
+        out: IO[str] | None = self.process.stdout
+        assert out is not None
+        line = out.readline()
+        if not line:
+            err = self.process.stderr.read() if self.process.stderr else ""
+            raise SystemExit(f"{self.src}: {err[-2000:]}")
+        return json.loads(line)
+
+    def step(self, op: str, step: int) -> list[float] | dict[str, str]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps([op, step]) + "\n")
+        self.process.stdin.flush()
+        reply: list[float] | dict[str, str] = self._reply()
+        return reply
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _ms(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1000, ordered[int(0.95 * (len(ordered) - 1))] * 1000
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-ref", default="9a2ab5e", help="git revision to compare with")
+    parser.add_argument("--baseline-ref", default="236007e", help="git revision to compare with")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--step", type=int, default=10, help="single calls per step")
     parser.add_argument("--only-current", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "src"))
     from popagent.store.embedded import EmbeddedServer
 
+    codes = ["current"] if args.only_current else ["baseline", "current"]
+    samples: dict[str, dict[str, list[float]]] = {code: {} for code in codes}
+    errors: dict[str, dict[str, str]] = {code: {} for code in codes}
+    order: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pa-writes-") as tmp:
         old = baseline_tree(args.baseline_ref, Path(tmp))
         server = EmbeddedServer(Path(tmp) / "cluster", delete=True)
         try:
             import psycopg
 
-            results: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}
             for r in range(args.rounds):
-                codes = [("baseline", old / "src"), ("current", ROOT / "src")]
-                for code, src in codes[1:] if args.only_current else codes:
-                    name = f"w_{code}_{r}"
-                    with psycopg.connect(server.url, autocommit=True) as admin:
-                        admin.execute(f"CREATE DATABASE {name}")
-                    url = server.url.replace("/postgres?", f"/{name}?")
-                    started = time.monotonic()
-                    results[code].append(run_child(src, url, args.calls))
-                    print(f"round {r + 1} {code}: {time.monotonic() - started:.1f} s", flush=True)
+                started = time.monotonic()
+                children: dict[str, Child] = {}
+                try:
+                    for code in codes:
+                        name = f"w_{code}_{r}"
+                        with psycopg.connect(server.url, autocommit=True) as admin:
+                            admin.execute(f"CREATE DATABASE {name}")
+                        url = server.url.replace("/postgres?", f"/{name}?")
+                        src = old / "src" if code == "baseline" else ROOT / "src"
+                        children[code] = Child(src, url, args.calls, args.step)
+                    ops = children["current"].ops
+                    order = list(ops)
+                    for op, steps in ops.items():
+                        for k in range(steps):
+                            # Who goes first alternates with the step (and the round).
+                            turn = codes if (k + r) % 2 == 0 else codes[::-1]
+                            for code in turn:
+                                if op not in children[code].ops:
+                                    continue
+                                reply = children[code].step(op, k)
+                                if isinstance(reply, dict):
+                                    errors[code].setdefault(op, reply["error"])
+                                else:
+                                    samples[code].setdefault(op, []).extend(reply)
+                finally:
+                    for child in children.values():
+                        child.close()
+                print(f"round {r + 1}: {time.monotonic() - started:.1f} s", flush=True)
         finally:
             server.stop()
 
     print(
         f"\nWrite paths, plain PostgreSQL, recall by words: {args.baseline_ref} (baseline) vs "
-        f"this tree, {args.rounds} alternating rounds, median of rounds"
+        f"this tree, {args.rounds} rounds, the codes alternating step by step, "
+        "samples of all rounds pooled"
     )
-    print("| operation | baseline | current | ratio |")
-    print("| --- | --- | --- | --- |")
-    for op in results["current"][0]:
-        failed = {
-            code: next((run[op] for run in results[code] if isinstance(run[op], str)), None)
-            for code in results
-        }
-        if any(failed.values()):
-            cells = []
-            for code in ("baseline", "current"):
-                if failed[code]:
-                    cells.append(str(failed[code])[:70])
-                else:
-                    p50 = statistics.median(run[op][0] for run in results[code])
-                    p95 = statistics.median(run[op][1] for run in results[code])
-                    cells.append(f"p50 {p50:.2f} ms, p95 {p95:.2f} ms")
-            print(f"| {op} | {cells[0]} | {cells[1]} | |")
+    print("| operation | samples | baseline | current | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for op in order:
+        cells: dict[str, tuple[float, float] | str] = {}
+        for code in ("baseline", "current"):
+            if code not in samples:
+                cells[code] = "not run"
+            elif op in errors[code]:
+                cells[code] = errors[code][op][:70]
+            elif op not in samples[code]:
+                cells[code] = "not in this code"
+            else:
+                cells[code] = _ms(samples[code][op])
+        count = len(samples["current"].get(op, []))
+        base, cur = cells["baseline"], cells["current"]
+        if isinstance(base, str) or isinstance(cur, str):
+            shown = [
+                c if isinstance(c, str) else f"p50 {c[0]:.2f}, p95 {c[1]:.2f}" for c in (base, cur)
+            ]
+            print(f"| {op} | {count} | {shown[0]} | {shown[1]} | |")
             continue
-
-        def med(code: str, i: int | None, op: str = op) -> float:
-            values = [run[op][i] if i is not None else run[op] for run in results[code]]
-            return float(statistics.median(values))
-
-        if isinstance(results["current"][0][op], list):
-            for i, label in ((0, "p50 ms"), (1, "p95 ms")):
-                base, cur = med("baseline", i), med("current", i)
-                print(f"| {op} {label} | {base:.2f} | {cur:.2f} | {cur / base:.2f}x |")
-        else:
-            base, cur = med("baseline", None), med("current", None)
-            print(f"| {op} | {base:,.0f} | {cur:,.0f} | {base / cur:.2f}x (time) |")
+        for i, label in ((0, "p50 ms"), (1, "p95 ms")):
+            print(
+                f"| {op} {label} | {count} | {base[i]:.2f} | {cur[i]:.2f} | {cur[i] / base[i]:.2f}x |"
+            )
 
 
 if __name__ == "__main__":
