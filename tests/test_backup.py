@@ -24,6 +24,7 @@ from psycopg import sql
 
 import popagent
 from popagent.embed import LocalEmbedder
+from popagent.models import MemoryFilter
 from popagent.observe.settings_store import MemorySettingsStore
 from popagent.secrets import SecretCipher, SecretDecryptError, SecretStore
 from popagent.store import audit as audit_sql
@@ -145,6 +146,11 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
         secrets = SecretStore(memory.pool, cipher)
         for n, resource in enumerate(resources):
             await memory.remember(resource, f"Prefers green tea over coffee ({n})", key="drink")
+            # A derived fact (migration 0022): its sources, and the stale mark it gets
+            # when the value below changes.
+            await memory.remember(
+                resource, f"Brews tea at 80 degrees ({n})", key="brewing", based_on=["drink"]
+            )
             # A changed value: the old one becomes a row of popagent_fact_versions.
             await memory.remember(resource, f"Prefers oolong tea now ({n})", key="drink")
             # Both clocks: each of these has an event clock as well as its record times.
@@ -277,6 +283,10 @@ async def test_round_trip_restores_every_row_byte_for_byte(
                 found = await memory.recall(resources[1], "Lisbon river", mode=mode)
                 assert any("Lisbon" in r.memory.content for r in found), mode
             assert await memory.recall(resources[0], "Lisbn", mode="lexical")  # misspelled
+            # A derived fact's sources and stale mark came back with its row.
+            (brewing,) = await memory.list(resources[1], MemoryFilter(key="brewing"))
+            assert brewing.based_on == ("drink",) and brewing.stale_source == "drink"
+            assert brewing.stale_since is not None
     finally:
         second.stop()
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .database import Conn
+from .derived import DERIVED_COLUMNS
 from .memories import EVENT_COLUMNS
 
 __all__ = ["EXPORT_QUERIES", "rows"]
@@ -25,6 +26,8 @@ __all__ = ["EXPORT_QUERIES", "rows"]
 #: The event clock (migration 0021): null where it is unknown.
 _EVENT = ", ".join(EVENT_COLUMNS)
 _PROVENANCE = "origin, turn_id, message_ids, tool_call_id"
+#: A derived fact's sources and stale mark (migration 0022): null where none.
+_DERIVED = ", ".join(DERIVED_COLUMNS)
 
 #: What an export reads, by record type, in the order it writes them.
 EXPORT_QUERIES: dict[str, str] = {
@@ -58,7 +61,7 @@ WHERE resource_id = %(resource_id)s ORDER BY session_id
 """,
     "fact": f"""
 SELECT id, key, content, content_sha256, importance, session_id, {_PROVENANCE}, expires_at,
-       version, created_at, updated_at, {_EVENT}
+       version, created_at, updated_at, {_EVENT}, {_DERIVED}
 FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'fact' ORDER BY id
 """,
