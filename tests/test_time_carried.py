@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import popagent
 from popagent.errors import ValidationError
-from popagent.models import Memory, MemoryFilter
+from popagent.models import FactVersion, Memory, MemoryFilter
 from popagent.portable import export_resource, import_resource
 
 
@@ -168,3 +169,72 @@ async def test_a_fact_naming_itself_by_id_and_exports_without_sources_import(
     await import_resource(memory.pool, unknown, resource_id="carried-unknown-source")
     (imported,) = await memory.list("carried-unknown-source")
     assert imported.based_on == ("job",)
+
+
+def clock(m: Memory | FactVersion) -> tuple[datetime | None, str | None]:
+    return m.happened_start, m.happened_precision
+
+
+async def test_earlier_values_keep_their_event_clock_and_restoring_one_brings_it_back(
+    memory: popagent.LongTermMemory, resource: str, other_resource: str
+) -> None:
+    # The writer gave each clock: the words name no time, so only the version can
+    # say when the value held.
+    paris = await memory.remember(resource, "Lives in Paris", key="home.city", happened_at="2015")
+    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019-05")
+    fact_id = paris.memory.id
+    (earlier,) = await memory.fact_history(resource, fact_id)
+    assert clock(earlier) == (datetime(2015, 1, 1, tzinfo=UTC), "year")
+    assert earlier.happened_end == datetime(2016, 1, 1, tzinfo=UTC)
+
+    # Deleted: its last value keeps its clock too; restoring brings a deleted fact
+    # back with the clock of the version restored, and changes a current one to it.
+    await memory.delete(resource, fact_id)
+    latest, _ = await memory.fact_history(resource, fact_id)
+    assert (latest.ended, clock(latest)) == ("deleted", (datetime(2019, 5, 1, tzinfo=UTC), "month"))
+    back = await memory.restore_fact(resource, fact_id, 1)
+    assert (back.content, clock(back)) == (
+        "Lives in Paris",
+        (datetime(2015, 1, 1, tzinfo=UTC), "year"),
+    )
+    again = await memory.restore_fact(resource, fact_id, 2)
+    assert (again.content, clock(again)) == (
+        "Lives in Lyon",
+        (datetime(2019, 5, 1, tzinfo=UTC), "month"),
+    )
+
+    # An expired value keeps it as well.
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    visa = await memory.remember(resource, "Holds a visa", happened_at="2022", expires_at=soon)
+    await memory.maintain(now=soon + timedelta(seconds=1))
+    (expired,) = await memory.fact_history(resource, visa.memory.id)
+    assert (expired.ended, clock(expired)) == (
+        "expired",
+        (datetime(2022, 1, 1, tzinfo=UTC), "year"),
+    )
+
+    # Export and import carry the versions' clocks.
+    lines = await export_lines(memory, resource)
+    versions = records(lines, "fact_version")
+    assert {(v["content"], v["happened_precision"]) for v in versions} >= {
+        ("Lives in Paris", "year"),
+        ("Lives in Lyon", "month"),
+        ("Holds a visa", "year"),
+    }
+    await import_resource(memory.pool, lines, resource_id=other_resource)
+    (imported,) = await memory.list(other_resource, MemoryFilter(key="home.city"))
+    theirs = {v.version: v for v in await memory.fact_history(other_resource, imported.id)}
+    mine = {v.version: v for v in await memory.fact_history(resource, fact_id)}
+    assert theirs.keys() == mine.keys()
+    for n, v in mine.items():
+        assert (clock(theirs[n]), theirs[n].happened_end) == (clock(v), v.happened_end), n
+
+    # A half-given clock on a version is refused, naming its line and field.
+    at = next(
+        n for n, line in enumerate(lines) if '"type":"fact_version"' in line and "Paris" in line
+    )
+    half = list(lines)
+    half[at] = json.dumps({**json.loads(lines[at]), "happened_end": None})
+    with pytest.raises(ValidationError) as caught:
+        await import_resource(memory.pool, half, resource_id="carried-half-clock")
+    assert caught.value.field == f"line {at + 1}: fact_version.happened_end"

@@ -301,6 +301,13 @@ class FactVersion(_JsonFields):
     ended: VersionEnd
     ended_origin: str
     ended_session_id: str | None
+    #: The value's event clock, as ``Memory`` has it (migration 0024): when what it
+    #: told happened or since when it held. All ``None`` when unknown, and for
+    #: versions written before that migration.
+    happened_start: datetime | None = None
+    happened_end: datetime | None = None
+    happened_precision: str | None = None
+    happened_phrase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

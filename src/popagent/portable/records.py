@@ -125,6 +125,7 @@ FIELDS: dict[str, frozenset[str]] = {
         {"fact_id", "version", "key", "content", "content_sha256", "importance", "expires_at"}
         | {"session_id", "valid_from", "valid_to", "ended", "ended_origin", "ended_session_id"}
         | set(_PROVENANCE_FIELDS)
+        | set(_EVENT_FIELDS)
     ),
     "episode": frozenset(
         {"id", "session_id", "content", "content_sha256", "importance", "created_at"}
@@ -517,6 +518,7 @@ def _fact_version(obj: dict[str, Any]) -> dict[str, Any]:
         "ended": _choice(obj, "ended", get_args(VersionEnd)),
         "ended_origin": ended_origin,
         "ended_session_id": _session(obj, "ended_session_id", optional=True),
+        **_event(obj),
     }
 
 

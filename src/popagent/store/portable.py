@@ -67,7 +67,7 @@ WHERE resource_id = %(resource_id)s AND kind = 'fact' ORDER BY id
 """,
     "fact_version": f"""
 SELECT fact_id, version, key, content, content_sha256, importance, expires_at, session_id,
-       {_PROVENANCE}, valid_from, valid_to, ended, ended_origin, ended_session_id
+       {_PROVENANCE}, valid_from, valid_to, ended, ended_origin, ended_session_id, {_EVENT}
 FROM popagent_fact_versions
 WHERE resource_id = %(resource_id)s ORDER BY fact_id, version
 """,

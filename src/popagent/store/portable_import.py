@@ -136,6 +136,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "ended",
         "ended_origin",
         "ended_session_id",
+        *EVENT_COLUMNS,
     ),
     "episode": (
         "id",
@@ -215,7 +216,7 @@ _STAGED: dict[str, str] = {
     content text NOT NULL, sha text NOT NULL, importance double precision NOT NULL,
     expires_at timestamptz, session_id text, {_PROVENANCE},
     valid_from timestamptz NOT NULL, valid_to timestamptz NOT NULL, ended text NOT NULL,
-    ended_origin text NOT NULL, ended_session_id text,
+    ended_origin text NOT NULL, ended_session_id text, {_EVENT},
     in_file boolean NOT NULL DEFAULT false, target_id bigint""",
     # target_id: the target's episode of the same content (added now, or there before).
     "episode": f"""id bigint NOT NULL, session_id text, content text NOT NULL,
@@ -736,10 +737,10 @@ WITH written AS (
     INSERT INTO popagent_fact_versions
         (resource_id, fact_id, version, key, content, content_sha256, importance, expires_at,
          session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to, ended,
-         ended_origin, ended_session_id)
+         ended_origin, ended_session_id, {", ".join(EVENT_COLUMNS)})
     SELECT %(resource_id)s, v.target_id, v.version, v.key, v.content, v.sha, v.importance,
            v.expires_at, v.session_id, {_provenance("v")}, v.valid_from, v.valid_to, v.ended,
-           v.ended_origin, v.ended_session_id
+           v.ended_origin, v.ended_session_id, {", ".join("v." + c for c in EVENT_COLUMNS)}
     FROM import_fact_version v WHERE v.target_id IS NOT NULL ORDER BY v.target_id, v.version
     ON CONFLICT (resource_id, fact_id, version) DO NOTHING
     RETURNING 1
