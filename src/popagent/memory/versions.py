@@ -1,13 +1,16 @@
 """Recall in the past: as of a moment, and a fact's earlier values for a question
 about a past period.
 
-``as_of`` answers from the world as it was at a moment: each fact by the value
-that held then (an earlier version, from migration 0012's history, or the
-current one if it was written by then), the episodes written by then, nothing
-that had expired. ``known_at`` answers from what the store knew at a moment:
-the record clock (when each value was written and replaced). Memories carry no
-event clock of their own yet, so both read the record clock today; given both,
-the earlier moment applies. A date means the end of that day (UTC).
+``as_of`` answers from the world as it was at a moment, by the event clock
+where it is known (docs/time.md, "Recall as of a date"): a fact's value (current,
+or earlier from migration 0012's history, which keeps its event clock since
+0024) began to hold at its event start, else when it was written; of the values
+that had begun to hold by then, the one told last is the one that held, unless
+it had been deleted or had expired by then. Episodes are those told by then and
+those about what had happened by then. ``known_at`` answers from what the store
+knew at a moment: the record clock alone (when each value was written and
+replaced). Given both, ``as_of`` reads the world as the store knew it at
+``known_at``. A date means the end of that day (UTC).
 
 Without either, a question that names a past period ("where did I live in
 2021?") or an earlier value ("what was my job before this one?") lets the
@@ -32,7 +35,7 @@ from ..models import Candidate, RecallResult
 from ..store.past import PastCandidate
 from .temporal import TimeWindow
 
-__all__ = ["EARLIEST", "Relabelled", "check_moment", "moment_of", "past_period"]
+__all__ = ["EARLIEST", "Moment", "Relabelled", "check_moment", "moment_of", "past_period"]
 
 #: The start of time for "any earlier value" (a span that overlaps it is every span).
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -79,11 +82,27 @@ def check_moment(field: str, value: object) -> datetime | None:
     raise ValidationError(field, f"must be a date or a time, not {type(value).__name__}")
 
 
-def moment_of(as_of: object, known_at: object) -> datetime | None:
-    """The moment a recall answers from: the earlier of ``as_of`` and ``known_at``
-    (both checked, each error naming its field); ``None`` for the present."""
-    moments = [m for m in (check_moment("as_of", as_of), check_moment("known_at", known_at)) if m]
-    return min(moments) if moments else None
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """The moment a recall answers from: the world at ``as_of`` (the event clock
+    where known), as the store knew it at ``known_at`` (the record clock); at least
+    one is set."""
+
+    as_of: datetime | None
+    known_at: datetime | None
+
+    @property
+    def at(self) -> datetime:
+        """The earlier of the two: what recency and a period the query names
+        ("last week") are relative to."""
+        return min(m for m in (self.as_of, self.known_at) if m is not None)
+
+
+def moment_of(as_of: object, known_at: object) -> Moment | None:
+    """The moment a recall answers from (both checked, each error naming its
+    field); ``None`` for the present."""
+    moment = Moment(check_moment("as_of", as_of), check_moment("known_at", known_at))
+    return None if moment.as_of is None and moment.known_at is None else moment
 
 
 def past_period(
