@@ -251,6 +251,16 @@ class FactOptions(TypedDict, total=False):
     happened_at: str | None
 
 
+#: ``FactOptions.happened_at`` as every surface that writes a fact states it: the most
+#: characters it takes, and what it means (the API's schema, the CLI's ``--happened-at``,
+#: the GUI's fact form; ``memory.validation.check_happened_at`` enforces both).
+HAPPENED_AT_CAP = 200
+HAPPENED_AT_HELP = (
+    "When it happened or since when it holds: 2023-07-28, 2023-07, 2021, an ISO 8601 "
+    "time, or a phrase such as 'spring 2021' or 'last Friday' (read against now)."
+)
+
+
 #: The moments a recall may answer from, by name, with what each means: every surface
 #: (the API's body, the client, the CLI's options, MCP's arguments, the GUI's preview)
 #: takes these names and passes them on to ``LongTermMemory.recall`` by name.
