@@ -112,3 +112,18 @@ async def test_episodes_about_what_had_happened_and_deleted_values(
     ]
     later = datetime.now(UTC) + timedelta(days=1)
     assert facts(await memory.recall(resource, "bicycle", as_of=later)) == []
+
+
+async def test_a_past_question_finds_the_value_that_held_then_by_the_event_clock(
+    memory: LongTermMemory, resource: str
+) -> None:
+    paris = await memory.remember(resource, "Lives in Paris", key="home.city")
+    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
+    await set_record_clock(memory, resource, paris.memory.id, [day(2018, 1, 10), day(2023, 3, 1)])
+    now = day(2024, 6, 1)
+    # In 2021 Lyon held (since 2019), though Paris was what the store held then.
+    in_2021 = facts(await memory.recall(resource, "where did I live in 2021?", now=now))
+    assert in_2021 == [("Lives in Lyon", False)]
+    # In 2018, Paris: a past value, before the current one, which began only in 2019.
+    in_2018 = facts(await memory.recall(resource, "where did I live in 2018?", now=now))
+    assert in_2018 == [("Lives in Paris", True), ("Lives in Lyon", False)]

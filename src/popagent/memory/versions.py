@@ -31,7 +31,7 @@ from datetime import UTC, date, datetime, time
 
 from ..checks import check_time
 from ..errors import ValidationError
-from ..models import Candidate, RecallResult
+from ..models import Candidate, Memory, RecallResult
 from ..store.past import PastCandidate
 from .temporal import TimeWindow
 
@@ -155,6 +155,11 @@ class Relabelled:
         return held_first(out, period) if period is not None else out
 
 
+def _held_from(memory: Memory) -> datetime:
+    """When a fact's value began to hold: its event start, else when it was written."""
+    return memory.happened_start or memory.updated_at
+
+
 def held_first(
     results: list[RecallResult], period: tuple[datetime, datetime]
 ) -> list[RecallResult]:
@@ -163,17 +168,18 @@ def held_first(
 
     The current value keeps the fact's first ``created_at``, which the time signal
     reads, so on its own it could outrank the value that actually held then. Scores
-    stay as ranked (each still explains itself); only such pairs change places."""
+    stay as ranked (each still explains itself); only such pairs change places.
+    A value began to hold at its event start when it has one, else when written."""
     out = list(results)
     for past in [r for r in results if r.until is not None]:
-        if not (past.memory.updated_at < period[1] and past.until > period[0]):  # type: ignore[operator]
+        if not (_held_from(past.memory) < period[1] and past.until > period[0]):  # type: ignore[operator]
             continue
         at = out.index(past)
         for i, current in enumerate(out[:at]):
             if (
                 current.until is None
                 and current.memory.id == past.memory.id
-                and current.memory.updated_at >= period[1]
+                and _held_from(current.memory) >= period[1]
             ):
                 out.insert(i, out.pop(at))
                 break

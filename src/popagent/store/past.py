@@ -7,7 +7,9 @@ each fact the value that held then: current, or earlier (``popagent_fact_version
 migration 0012), whichever was told last of those that had begun to hold (by their
 event start as of a moment of the world, else when written), unless it had been
 deleted or had expired by then. A question about
-a past period reads ``HELD_DURING``: earlier values whose span overlaps it. Both
+a past period reads ``HELD_DURING``: earlier values that held in the world during
+it (from their event start, else when written, until a value told after them began
+to hold, or they were deleted or expired). Both
 return rows shaped as recall's candidates (``Memory``'s columns, the length, the
 term frequencies) plus ``until``: when an earlier value stopped holding (``NULL``
 for a current row).
@@ -113,10 +115,26 @@ UNION ALL
  LIMIT %(pool)s)
 """
 
+# When an earlier value stopped holding in the world: when a value told after it
+# began to hold (its event start, else when written: the first of them), or when it
+# was deleted or expired; without either (an operator's edit), when it was replaced.
+_HELD_TO = """coalesce(least(
+    (SELECT min(coalesce(w.happened_start, w.valid_from)) FROM popagent_fact_versions w
+     WHERE w.resource_id = %(resource_id)s AND w.fact_id = v.fact_id AND w.version > v.version),
+    (SELECT coalesce(c.happened_start, c.updated_at) FROM popagent_memories c
+     WHERE c.resource_id = %(resource_id)s AND c.id = v.fact_id AND c.kind = 'fact'),
+    CASE WHEN v.ended <> 'updated' THEN v.valid_to END), v.valid_to)"""
+
+# The earlier values that held in the world during the period: from their event
+# start (else when written) until ``_HELD_TO``. A value a later one overtook from
+# before it began (told later, holding since earlier) held at no time.
 HELD_DURING = f"""
 SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
-FROM ({_VERSIONS}
-        AND v.valid_from < %(end)s AND v.valid_to > %(start)s) v
+FROM ({_VERSIONS}) v
+CROSS JOIN LATERAL (
+    SELECT coalesce(v.happened_start, v.valid_from) AS held_from, {_HELD_TO} AS held_to
+) h
+WHERE h.held_from < %(end)s AND h.held_to > %(start)s AND h.held_to > h.held_from
 ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.valid_to DESC
 LIMIT %(pool)s
 """
