@@ -35,6 +35,13 @@ async def set_record_clock(
         )
 
 
+async def lyon_since_2019(memory: LongTermMemory, resource: str) -> None:
+    """Told in 2018: "Lives in Paris"; told in 2023: "Lives in Lyon", since 2019."""
+    paris = await memory.remember(resource, "Lives in Paris", key="home.city")
+    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
+    await set_record_clock(memory, resource, paris.memory.id, [day(2018, 1, 10), day(2023, 3, 1)])
+
+
 def facts(results: list[RecallResult]) -> list[tuple[str, bool]]:
     """Each fact result's content, and whether it is a past value."""
     return [(r.memory.content, r.until is not None) for r in results if r.memory.kind == "fact"]
@@ -43,11 +50,7 @@ def facts(results: list[RecallResult]) -> list[tuple[str, bool]]:
 async def test_as_of_sees_a_value_from_its_event_start_known_at_from_its_writing(
     memory: LongTermMemory, resource: str
 ) -> None:
-    # Told in 2018: Paris; told in 2023: Lyon, "since 2019".
-    paris = await memory.remember(resource, "Lives in Paris", key="home.city")
-    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
-    fact_id = paris.memory.id
-    await set_record_clock(memory, resource, fact_id, [day(2018, 1, 10), day(2023, 3, 1)])
+    await lyon_since_2019(memory, resource)
     question = "where do I live?"
 
     # In 2020 the world had Lyon, though the store learnt it only in 2023.
@@ -117,9 +120,7 @@ async def test_episodes_about_what_had_happened_and_deleted_values(
 async def test_a_past_question_finds_the_value_that_held_then_by_the_event_clock(
     memory: LongTermMemory, resource: str
 ) -> None:
-    paris = await memory.remember(resource, "Lives in Paris", key="home.city")
-    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
-    await set_record_clock(memory, resource, paris.memory.id, [day(2018, 1, 10), day(2023, 3, 1)])
+    await lyon_since_2019(memory, resource)
     now = day(2024, 6, 1)
     # In 2021 Lyon held (since 2019), though Paris was what the store held then.
     in_2021 = facts(await memory.recall(resource, "where did I live in 2021?", now=now))

@@ -266,10 +266,10 @@ HAPPENED_AT_HELP = (
 #: takes these names and passes them on to ``LongTermMemory.recall`` by name.
 RECALL_MOMENTS: dict[str, str] = {
     "as_of": (
-        "Answer from the world as it was then: each fact by the value that held then "
-        "(from when it happened, where known), the episodes of then. A date (2021-06-01, "
-        "the end of that day, UTC) "
-        "or an ISO 8601 time with a time zone."
+        "Answer from the world as it was then: each fact by the value that held then, "
+        "the episodes written by then. A date (2021-06-01, the end of that day, UTC) "
+        "or an ISO 8601 time with a time zone. Where the event clock is known, a value "
+        "holds from when it began and an episode counts from when it happened."
     ),
     "known_at": (
         "Answer from what the store knew then (when each value was written and "

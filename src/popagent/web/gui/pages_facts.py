@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -72,7 +74,7 @@ class FactForm:
     #: The expiry field still shows the fact's own expiry: leave it as stored.
     expiry_unchanged: bool = False
     #: The event clock as typed (``FactOptions.happened_at``), checked; ``None``: left
-    #: empty (a new fact reads it from its content, an edited one keeps its own).
+    #: empty (read from the content, as ``create_fact`` and ``update_fact`` do).
     happened_at: str | None = None
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -132,6 +134,15 @@ def check_fact_form(form: dict[str, str], current_expiry: datetime | None = None
     return f
 
 
+_DATE = re.compile(r"\d{4}(?:-\d{2}){1,2}")
+
+
+def _dates_unbroken(text: str) -> Markup:
+    """``text`` escaped, each date in it one unbreakable phrase (``.when``): a narrow
+    screen moves it whole instead of splitting it at a hyphen."""
+    return Markup(_DATE.sub(lambda m: f'<span class="when">{m.group(0)}</span>', str(escape(text))))
+
+
 def event_text(fact: Memory) -> str:
     """A fact's event clock as the edit form states it (``""``: unknown)."""
     if fact.happened_start is None or fact.happened_end is None:
@@ -153,8 +164,8 @@ def _form_page(
         content_cap=FACT_CONTENT_CAP,
         key_cap=KEY_CAP,
         happened_at_cap=HAPPENED_AT_CAP,
-        happened_at_help=HAPPENED_AT_HELP,
-        event=event_text(fact) if fact is not None else "",
+        happened_at_help=_dates_unbroken(HAPPENED_AT_HELP),
+        event=_dates_unbroken(event_text(fact)) if fact is not None else "",
     )
 
 
@@ -224,8 +235,9 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
             "key": fact.key or "",
             "importance": f"{fact.importance:g}",
             "expires_at": expiry_text(fact.expires_at),
-            # Empty: the fact keeps its event clock (the hint says it); a phrase
-            # such as "last Friday" would be read again against the time of saving.
+            # Empty: the fact keeps its event clock while its content stays (the hint
+            # says it); a phrase such as "last Friday" would be read again against
+            # the time of saving.
             "happened_at": "",
         }
     )
