@@ -147,7 +147,15 @@ async def fill(url: str, cipher: SecretCipher, resources: tuple[str, str]) -> No
         settings = MemorySettingsStore(memory.pool)
         secrets = SecretStore(memory.pool, cipher)
         for n, resource in enumerate(resources):
-            await memory.remember(resource, f"Prefers green tea over coffee ({n})", key="drink")
+            # With an event clock, which the value's version keeps (migration 0025).
+            await memory.remember(
+                resource, f"Prefers green tea over coffee ({n})", key="drink", happened_at="2019"
+            )
+            # A derived fact (migration 0022): its sources, and the stale mark it gets
+            # when the value below changes.
+            await memory.remember(
+                resource, f"Brews tea at 80 degrees ({n})", key="brewing", based_on=["drink"]
+            )
             # A changed value: the old one becomes a row of popagent_fact_versions.
             await memory.remember(resource, f"Prefers oolong tea now ({n})", key="drink")
             # Both clocks: each of these has an event clock as well as its record times.
@@ -290,6 +298,14 @@ async def test_round_trip_restores_every_row_byte_for_byte(
                 resources[1], CALLER_MODEL, CALLER, ids=[f.id for f in facts]
             )
             assert list(scores.values()) == [pytest.approx(1.0)]
+            # A derived fact's sources and stale mark came back with its row.
+            (brewing,) = await memory.list(resources[1], MemoryFilter(key="brewing"))
+            assert brewing.based_on == ("drink",) and brewing.stale_source == "drink"
+            assert brewing.stale_since is not None
+            # An earlier value's event clock came back with its version.
+            (drink,) = await memory.list(resources[1], MemoryFilter(key="drink"))
+            (earlier,) = await memory.fact_history(resources[1], drink.id)
+            assert earlier.happened_precision == "year" and earlier.happened_start is not None
     finally:
         second.stop()
 

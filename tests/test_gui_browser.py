@@ -576,3 +576,35 @@ async def test_restore_an_old_version_and_revert_a_session(
     assert added.id not in {m.id for m in await memory.list(resource)}
     await screenshot(page, screenshots, "session-reverted.png")
     w.assert_clean()
+
+
+async def test_the_fact_form_takes_when_it_happened(
+    browser: Browser, server: str, memory: popagent.LongTermMemory, resource: str
+) -> None:
+    w = await open_page(browser)
+    page = w.page
+    await page.goto(server + "/facts/new")
+    await page.get_by_label("Content").fill("Plays the cello")
+    await page.get_by_label("Happened at").fill("someday")
+    await page.get_by_role("button", name="Create fact").click()
+    await expect(page.locator("#happened_at-error")).to_contain_text("names no time")
+    assert await memory.list(resource) == []
+
+    await page.get_by_label("Happened at").fill("spring 2021")
+    await page.get_by_role("button", name="Create fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact created.")
+    (fact,) = await memory.list(resource)
+    assert fact.happened_precision == "season" and fact.happened_start is not None
+    assert fact.happened_start.month == 3 and fact.happened_start.year == 2021
+
+    # Editing shows the clock and keeps it when the field is left empty.
+    await page.get_by_role("link", name="Edit fact").click()
+    await expect(page.get_by_test_id("event-clock")).to_have_text(
+        "2021-03-01 to 2021-06-01 (season)"
+    )
+    await page.get_by_label("Importance").fill("0.7")
+    await page.get_by_role("button", name="Save fact").click()
+    await expect(page.locator(".notice")).to_have_text("Fact saved.")
+    fact = await memory.get(resource, fact.id, kind="fact")
+    assert fact.importance == 0.7 and fact.happened_precision == "season"
+    w.assert_clean()

@@ -251,6 +251,16 @@ class FactOptions(TypedDict, total=False):
     happened_at: str | None
 
 
+#: ``FactOptions.happened_at`` as every surface that writes a fact states it: the most
+#: characters it takes, and what it means (the API's schema, the CLI's ``--happened-at``,
+#: the GUI's fact form; ``memory.validation.check_happened_at`` enforces both).
+HAPPENED_AT_CAP = 200
+HAPPENED_AT_HELP = (
+    "When it happened or since when it holds: 2023-07-28, 2023-07, 2021, an ISO 8601 "
+    "time, or a phrase such as 'spring 2021' or 'last Friday' (read against now)."
+)
+
+
 #: The moments a recall may answer from, by name, with what each means: every surface
 #: (the API's body, the client, the CLI's options, MCP's arguments, the GUI's preview)
 #: takes these names and passes them on to ``LongTermMemory.recall`` by name.
@@ -258,7 +268,8 @@ RECALL_MOMENTS: dict[str, str] = {
     "as_of": (
         "Answer from the world as it was then: each fact by the value that held then, "
         "the episodes written by then. A date (2021-06-01, the end of that day, UTC) "
-        "or an ISO 8601 time with a time zone."
+        "or an ISO 8601 time with a time zone. Where the event clock is known, a value "
+        "holds from when it began and an episode counts from when it happened."
     ),
     "known_at": (
         "Answer from what the store knew then (when each value was written and "
@@ -301,6 +312,13 @@ class FactVersion(_JsonFields):
     ended: VersionEnd
     ended_origin: str
     ended_session_id: str | None
+    #: The value's event clock, as ``Memory`` has it (migration 0025): when what it
+    #: told happened or since when it held. All ``None`` when unknown, and for
+    #: versions written before that migration.
+    happened_start: datetime | None = None
+    happened_end: datetime | None = None
+    happened_precision: str | None = None
+    happened_phrase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

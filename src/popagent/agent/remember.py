@@ -25,12 +25,13 @@ from ..llm._tool_spec import SpecTool, object_schema, string_arg
 from ..llm.protocol import ToolSpec
 from ..memory.derived import BASED_ON_CAP
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP
+from ..models import HAPPENED_AT_CAP
 from .tools import ToolContext, ToolOutcome
 
 __all__ = ["EXPIRES_AT_CHARS", "REMEMBER_SPEC", "RememberTool", "parse_expires_at"]
 
 #: The longest ``happened_at`` text the tool takes (``LongTermMemory.remember``'s limit).
-HAPPENED_AT_CHARS = 200
+HAPPENED_AT_CHARS = HAPPENED_AT_CAP
 #: The longest ``expires_at`` text the tool takes (an ISO 8601 time is about 32).
 EXPIRES_AT_CHARS = 64
 

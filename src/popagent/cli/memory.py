@@ -20,6 +20,7 @@ from ..memory.longterm import LongTermMemory
 from ..memory.render import render
 from ..memory.validation import filter_from
 from ..models import (
+    HAPPENED_AT_HELP,
     RECALL_MOMENTS,
     FactVersion,
     Kind,
@@ -107,6 +108,14 @@ _based_on_option = click.option(
 )
 
 
+#: ``--happened-at``: the fact's event clock (``FactOptions.happened_at``), on every
+#: command that writes a fact's value.
+_happened_at_option = click.option(
+    "--happened-at",
+    help=HAPPENED_AT_HELP + " Left out: read from the content (docs/time.md).",
+)
+
+
 def _sources(values: tuple[str, ...]) -> list[str | int] | None:
     """``--based-on`` values: digits are a memory id, anything else a fact key."""
     return [int(v) if v.isascii() and v.isdigit() else v for v in values] or None
@@ -132,11 +141,7 @@ def _moment_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--session-id", help="Originating session.")
 @click.option("--expires-at", help=_EXPIRES_HELP)
 @_based_on_option
-@click.option(
-    "--happened-at",
-    help="When it happened or since when it holds: 2023-07-28, 2023-07, 2021, "
-    "'spring 2021', 'last Friday' (default: read from the content; docs/time.md).",
-)
+@_happened_at_option
 @click.option("--json", "as_json", is_flag=True, help="Print the stored fact as JSON.")
 @click.pass_context
 def remember(
@@ -312,6 +317,7 @@ def facts_show(ctx: click.Context, fact: str) -> None:
 @click.option("--importance", type=float, default=0.5, show_default=True)
 @click.option("--expires-at", help=_EXPIRES_HELP)
 @_based_on_option
+@_happened_at_option
 @click.pass_context
 def facts_add(
     ctx: click.Context,
@@ -320,6 +326,7 @@ def facts_add(
     importance: float,
     expires_at: str | None,
     based_on: tuple[str, ...],
+    happened_at: str | None,
 ) -> None:
     """Strictly create a fact (an existing key is an error; use `remember` to upsert)."""
     expiry = _expires_at(expires_at)
@@ -333,6 +340,7 @@ def facts_add(
             expires_at=expiry,
             provenance=CLI,
             based_on=_sources(based_on),
+            happened_at=happened_at,
         ),
     )
     click.echo(f"created fact {fact.id}")
@@ -372,6 +380,7 @@ def facts_confirm(ctx: click.Context, id: int) -> None:
 @click.option("--importance", type=float)
 @click.option("--expires-at", help=_EXPIRES_HELP)
 @click.option("--no-expiry", is_flag=True, help="Remove the fact's expiry.")
+@_happened_at_option
 @click.pass_context
 def facts_edit(
     ctx: click.Context,
@@ -382,8 +391,11 @@ def facts_edit(
     importance: float | None,
     expires_at: str | None,
     no_expiry: bool,
+    happened_at: str | None,
 ) -> None:
-    """Change a fact; the value it replaces stays in its history (`facts history`)."""
+    """Change a fact; the value it replaces stays in its history (`facts history`).
+
+    --happened-at alone changes the event clock in place, without a new version."""
     if (
         content is None
         and key is None
@@ -391,10 +403,11 @@ def facts_edit(
         and importance is None
         and expires_at is None
         and not no_expiry
+        and happened_at is None
     ):
         raise click.UsageError(
             "give at least one of --content, --key, --clear-key, --importance, "
-            "--expires-at, --no-expiry"
+            "--expires-at, --no-expiry, --happened-at"
         )
     expiry = _expires_at(expires_at)
     fact = run(
@@ -408,6 +421,7 @@ def facts_edit(
             importance=importance,
             expires_at=expiry,
             clear_expiry=no_expiry,
+            happened_at=happened_at,
             provenance=CLI,
         ),
     )

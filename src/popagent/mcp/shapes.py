@@ -84,6 +84,17 @@ _VALUE = {
     "importance": {"type": "number", "minimum": 0, "maximum": 1},
 }
 
+# The event clock (docs/time.md) of a value, current or earlier: null where unknown.
+_EVENT = {
+    "happened_start": _NULLABLE_TIME,
+    "happened_end": _NULLABLE_TIME,
+    "happened_precision": {
+        "type": ["string", "null"],
+        "enum": ["day", "week", "month", "season", "year", None],
+    },
+    "happened_phrase": _NULLABLE_STRING,
+}
+
 MEMORY_SCHEMA = object_schema(
     {
         "id": {"type": "integer", "minimum": 1},
@@ -105,14 +116,7 @@ MEMORY_SCHEMA = object_schema(
             "description": "Set when a source changed or went: the memory may be stale.",
         },
         "stale_source": {**_NULLABLE_STRING, "description": "The source that changed."},
-        # The event clock (docs/time.md): null where unknown.
-        "happened_start": _NULLABLE_TIME,
-        "happened_end": _NULLABLE_TIME,
-        "happened_precision": {
-            "type": ["string", "null"],
-            "enum": ["day", "week", "month", "season", "year", None],
-        },
-        "happened_phrase": _NULLABLE_STRING,
+        **_EVENT,
     },
 )
 
@@ -127,6 +131,7 @@ FACT_VERSION_SCHEMA = object_schema(
         "valid_to": _TIME,
         "ended": {"type": "string", "enum": ["updated", "deleted", "expired"]},
         "ended_origin": _ORIGIN,
+        **_EVENT,
     },
 )
 

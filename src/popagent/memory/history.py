@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from ..errors import ConflictError, NotFoundError
 from ..models import FactVersion, Memory, Provenance, RevertReport, SessionWrites
@@ -34,6 +35,19 @@ SESSION_WRITES_CAP = 1_000
 def _live_expiry(version: FactVersion, now: datetime) -> datetime | None:
     """A restored value keeps its expiry only while that is still ahead."""
     return version.expires_at if version.expires_at and version.expires_at > now else None
+
+
+def _restored_event(old: FactVersion, current: Memory | None) -> dict[str, Any]:
+    """The event clock a restored value takes: the one it kept (migration 0025). A
+    version that kept none (written before that migration, or its clock unknown)
+    keeps the current value's when the text is the same, else its own text, read
+    against when it was written, gives it one (none when it names no time), as a
+    write would."""
+    if old.happened_start is not None:
+        return {c: getattr(old, c) for c in store.EVENT_COLUMNS}
+    if current is not None and old.content == current.content:
+        return {c: getattr(current, c) for c in store.EVENT_COLUMNS}
+    return event_params(event_window(old.content, old.valid_from))
 
 
 # Versions of facts: read, restore, and revert one session's writes; operations of
@@ -103,6 +117,7 @@ async def _apply(
             version=old.version,
             session_id=session_id,
             expires_at=_live_expiry(old, now),
+            **_restored_event(old, None),
             **written_by,
         )
     updated = await store.update_fact(
@@ -117,13 +132,7 @@ async def _apply(
         session_id=session_id,
         # Versions keep no sources: the fact's current ones stay.
         based_on=derived_sql.based_on_param(current.based_on),
-        # Versions keep no event clock either: the value's own text, read against when
-        # it was written, gives it one (none when it names no time), as a write would.
-        **(
-            {c: getattr(current, c) for c in store.EVENT_COLUMNS}
-            if old.content == current.content
-            else event_params(event_window(old.content, old.valid_from))
-        ),
+        **_restored_event(old, current),
         **written_by,
     )
     return updated or current  # the same value already: nothing to change

@@ -45,7 +45,7 @@ from .validation import (
     check_limit,
     check_query,
 )
-from .versions import Relabelled, moment_of, past_period
+from .versions import Moment, Relabelled, moment_of, past_period
 
 __all__ = [
     "LEXICAL_RECALL",
@@ -117,9 +117,9 @@ async def recall(
     meaning when its vectors are written (``wait_for_vectors``).
 
     ``as_of`` answers from the world as it was then (each fact by the value that
-    held then, the episodes written by then), ``known_at`` from what the store
-    knew then; each a timezone-aware time, a date (the end of that day, UTC) or
-    ISO 8601 text of either (see ``memory.versions``). Such a recall is lexical
+    held then, by the event clock where known; the episodes of then), ``known_at``
+    from what the store knew then; each a timezone-aware time, a date (the end of
+    that day, UTC) or ISO 8601 text of either (see ``memory.versions``). Such a recall is lexical
     and touches nothing. A question about a past period, or for an earlier value,
     also ranks the values facts held then, each with its ``until``.
     """
@@ -173,7 +173,7 @@ async def _recall(
     now: datetime | None,
     mode: RecallMode | None,
     touch: bool,
-    moment: datetime | None = None,
+    moment: Moment | None = None,
 ) -> tuple[list[RecallResult], RecallMode]:
     """The ranked results, the newest value first for a question in the present
     tense (``memory.newest``; not as of a moment, nor for a past period)."""
@@ -203,7 +203,7 @@ async def _ranked(
     now: datetime | None,
     mode: RecallMode | None,
     touch: bool,
-    moment: datetime | None = None,
+    moment: Moment | None = None,
 ) -> tuple[list[RecallResult], RecallMode]:
     resource_id = check_id("resource_id", resource_id)
     query = check_query(query)
@@ -378,21 +378,25 @@ async def _lexical_with_past(
 
 
 async def _at_moment(
-    self: MemoryBase, resource_id: str, query: str, limit: int, moment: datetime
+    self: MemoryBase, resource_id: str, query: str, limit: int, moment: Moment
 ) -> list[RecallResult]:
     """Recall as of ``moment`` (see ``memory.versions``): lexical, relative to the
     moment, over what the resource held then; it touches nothing."""
-    window = query_window(query, moment) if self.weights.time > 0 else None
+    at = moment.at
+    window = query_window(query, at) if self.weights.time > 0 else None
     async with self._pool.connection() as conn:
         stats = await recall_sql.corpus_stats(conn, resource_id, query)
         found = Relabelled.of(
             await past_sql.at_moment(
-                conn, resource_id, recall_sql.scored_lexemes(stats), moment, recall_pool(limit)
+                conn,
+                resource_id,
+                recall_sql.scored_lexemes(stats),
+                moment.as_of,
+                moment.known_at,
+                recall_pool(limit),
             )
         )
-    ranked = rank(
-        found.candidates, stats, now=moment, limit=limit, weights=self.weights, window=window
-    )
+    ranked = rank(found.candidates, stats, now=at, limit=limit, weights=self.weights, window=window)
     return found.restore(ranked)
 
 

@@ -27,7 +27,7 @@ from ..checks import (
 )
 from ..credentials import find_credentials, redact_credentials
 from ..errors import SecretRefusedError, ValidationError
-from ..models import ORIGINS, Kind, MemoryFilter, Provenance
+from ..models import HAPPENED_AT_CAP, ORIGINS, Kind, MemoryFilter, Provenance
 from .temporal import TimeWindow, given_window
 
 __all__ = [
@@ -73,7 +73,7 @@ QUERY_CAP = 4_000
 #: The most memories one list returns.
 LIST_LIMIT_CAP = 1_000
 #: A writer's ``happened_at``: a date, a time or a short phrase.
-_HAPPENED_AT_CAP = 200
+_HAPPENED_AT_CAP = HAPPENED_AT_CAP
 
 _WHITESPACE = re.compile(r"\s+")
 _EMPTY = "is required and must not be empty"

@@ -1,13 +1,16 @@
 """Recall in the past: as of a moment, and a fact's earlier values for a question
 about a past period.
 
-``as_of`` answers from the world as it was at a moment: each fact by the value
-that held then (an earlier version, from migration 0012's history, or the
-current one if it was written by then), the episodes written by then, nothing
-that had expired. ``known_at`` answers from what the store knew at a moment:
-the record clock (when each value was written and replaced). Memories carry no
-event clock of their own yet, so both read the record clock today; given both,
-the earlier moment applies. A date means the end of that day (UTC).
+``as_of`` answers from the world as it was at a moment, by the event clock
+where it is known (docs/time.md, "Recall as of a date"): a fact's value (current,
+or earlier from migration 0012's history, which keeps its event clock since
+0025) began to hold at its event start, else when it was written; of the values
+that had begun to hold by then, the one told last is the one that held, unless
+it had been deleted or had expired by then. Episodes are those told by then and
+those about what had happened by then. ``known_at`` answers from what the store
+knew at a moment: the record clock alone (when each value was written and
+replaced). Given both, ``as_of`` reads the world as the store knew it at
+``known_at``. A date means the end of that day (UTC).
 
 Without either, a question that names a past period ("where did I live in
 2021?") or an earlier value ("what was my job before this one?") lets the
@@ -28,11 +31,11 @@ from datetime import UTC, date, datetime, time
 
 from ..checks import check_time
 from ..errors import ValidationError
-from ..models import Candidate, RecallResult
+from ..models import Candidate, Memory, RecallResult
 from ..store.past import PastCandidate
 from .temporal import TimeWindow
 
-__all__ = ["EARLIEST", "Relabelled", "check_moment", "moment_of", "past_period"]
+__all__ = ["EARLIEST", "Moment", "Relabelled", "check_moment", "moment_of", "past_period"]
 
 #: The start of time for "any earlier value" (a span that overlaps it is every span).
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -79,11 +82,27 @@ def check_moment(field: str, value: object) -> datetime | None:
     raise ValidationError(field, f"must be a date or a time, not {type(value).__name__}")
 
 
-def moment_of(as_of: object, known_at: object) -> datetime | None:
-    """The moment a recall answers from: the earlier of ``as_of`` and ``known_at``
-    (both checked, each error naming its field); ``None`` for the present."""
-    moments = [m for m in (check_moment("as_of", as_of), check_moment("known_at", known_at)) if m]
-    return min(moments) if moments else None
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """The moment a recall answers from: the world at ``as_of`` (the event clock
+    where known), as the store knew it at ``known_at`` (the record clock); at least
+    one is set."""
+
+    as_of: datetime | None
+    known_at: datetime | None
+
+    @property
+    def at(self) -> datetime:
+        """The earlier of the two: what recency and a period the query names
+        ("last week") are relative to."""
+        return min(m for m in (self.as_of, self.known_at) if m is not None)
+
+
+def moment_of(as_of: object, known_at: object) -> Moment | None:
+    """The moment a recall answers from (both checked, each error naming its
+    field); ``None`` for the present."""
+    moment = Moment(check_moment("as_of", as_of), check_moment("known_at", known_at))
+    return None if moment.as_of is None and moment.known_at is None else moment
 
 
 def past_period(
@@ -136,6 +155,11 @@ class Relabelled:
         return held_first(out, period) if period is not None else out
 
 
+def _held_from(memory: Memory) -> datetime:
+    """When a fact's value began to hold: its event start, else when it was written."""
+    return memory.happened_start or memory.updated_at
+
+
 def held_first(
     results: list[RecallResult], period: tuple[datetime, datetime]
 ) -> list[RecallResult]:
@@ -144,17 +168,18 @@ def held_first(
 
     The current value keeps the fact's first ``created_at``, which the time signal
     reads, so on its own it could outrank the value that actually held then. Scores
-    stay as ranked (each still explains itself); only such pairs change places."""
+    stay as ranked (each still explains itself); only such pairs change places.
+    A value began to hold at its event start when it has one, else when written."""
     out = list(results)
     for past in [r for r in results if r.until is not None]:
-        if not (past.memory.updated_at < period[1] and past.until > period[0]):  # type: ignore[operator]
+        if not (_held_from(past.memory) < period[1] and past.until > period[0]):  # type: ignore[operator]
             continue
         at = out.index(past)
         for i, current in enumerate(out[:at]):
             if (
                 current.until is None
                 and current.memory.id == past.memory.id
-                and current.memory.updated_at >= period[1]
+                and _held_from(current.memory) >= period[1]
             ):
                 out.insert(i, out.pop(at))
                 break

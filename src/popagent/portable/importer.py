@@ -143,7 +143,7 @@ def _row(line: Line) -> list[object]:
     row: list[object] = [line.lineno]
     for column in sql.COLUMNS[line.type]:
         value = values[column]
-        if column in ("metadata", "parts", "item") and value is not None:
+        if column in ("metadata", "parts", "item", "based_on") and value is not None:
             value = _json_text(value)
         row.append(value)
     return row
@@ -388,6 +388,9 @@ class _Writer:
         self.step = "episodes"
         added = await self._count(sql.INSERT_EPISODES)
         self._add("episode", added=added, unchanged=total - added)
+        # The added facts' sources name facts and episodes: all are in by now.
+        await self._run(sql.MAP_EPISODES)
+        await self._run(sql.SET_FACT_SOURCES)
 
     async def caller_vectors(self, total: int) -> None:
         """After the facts and episodes: each vector to its memory in the target."""

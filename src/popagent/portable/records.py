@@ -31,6 +31,7 @@ from ..checks import check_id, check_new_session_id, check_text, is_blank
 from ..credentials import redacted
 from ..errors import ValidationError
 from ..memory.caller_vectors import MAX_CALLER_VECTORS, check_model, check_vector
+from ..memory.derived import check_based_on
 from ..memory.longterm import sha256_hex
 from ..memory.temporal import PRECISIONS
 from ..memory.validation import (
@@ -44,6 +45,8 @@ from ..memory.validation import (
 from ..models import ORIGINS, Provenance, Role, TurnStatus, VersionEnd
 from ..observe.settings import MemorySettings
 from ..store.caller_vectors import caller_literal
+from ..store.derived import DERIVED_COLUMNS
+from ..store.memories import EVENT_COLUMNS
 from ..threads.items import check_item, screen_item
 from ..threads.service import (
     MESSAGE_CAP,
@@ -92,7 +95,12 @@ _BIGINT_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 _PROVENANCE_FIELDS = ("origin", "turn_id", "message_ids", "tool_call_id")
 #: The event clock (docs/time.md); absent or null in a record: unknown.
-_EVENT_FIELDS = ("happened_start", "happened_end", "happened_precision", "happened_phrase")
+_EVENT_FIELDS = EVENT_COLUMNS
+#: A derived fact's sources and stale mark (docs/time.md, "Derived memories"); absent
+#: or null in a record: none.
+_DERIVED_FIELDS = DERIVED_COLUMNS
+#: A stale mark's source that is a memory id rather than a key: ``#`` and the id.
+_ID_SOURCE = re.compile(r"#[1-9][0-9]{0,18}")
 #: The fields of each record type besides ``type``: exactly what an export writes.
 FIELDS: dict[str, frozenset[str]] = {
     "settings": frozenset({"settings"}),
@@ -114,11 +122,13 @@ FIELDS: dict[str, frozenset[str]] = {
     "fact": frozenset(
         {"id", "key", "content", "content_sha256", "importance", "session_id", "expires_at"}
         | {"version", "created_at", "updated_at", *_PROVENANCE_FIELDS, *_EVENT_FIELDS}
+        | set(_DERIVED_FIELDS)
     ),
     "fact_version": frozenset(
         {"fact_id", "version", "key", "content", "content_sha256", "importance", "expires_at"}
         | {"session_id", "valid_from", "valid_to", "ended", "ended_origin", "ended_session_id"}
         | set(_PROVENANCE_FIELDS)
+        | set(_EVENT_FIELDS)
     ),
     "episode": frozenset(
         {"id", "session_id", "content", "content_sha256", "importance", "created_at"}
@@ -154,6 +164,8 @@ def to_line(record_type: str, row: dict[str, Any]) -> str:
     record = {"type": record_type, **{k: _json_value(v) for k, v in row.items()}}
     if record_type in ("fact", "fact_version", "episode"):
         record["message_ids"] = list(record.get("message_ids") or [])
+    if record_type == "fact":
+        record["based_on"] = list(record.get("based_on") or [])
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -332,6 +344,30 @@ def _event(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _derived(obj: dict[str, Any], fact_id: int, key: str | None) -> dict[str, Any]:
+    """A fact's sources and stale mark as the write path stores them: ``based_on``
+    checked as ``remember`` checks it (1 to 16 keys and ids; empty, null or absent:
+    none), never naming the fact itself; a mark whole (``stale_since`` and
+    ``stale_source`` both or neither), its source a key or ``#`` and an id, as
+    migration 0022's triggers write it (the block shows it, so nothing else may be
+    there). Which memory an id names is settled by the import (``store.portable_import``)."""
+    based_on = check_based_on(obj.get("based_on"))
+    if based_on and (fact_id in based_on or (key is not None and key in based_on)):
+        raise ValidationError("based_on", "must not name the fact itself")
+    since = _time(obj, "stale_since", optional=True)
+    source = _get(obj, "stale_source", True)
+    if (since is None) != (source is None):
+        raise ValidationError("stale_source", "is given exactly when stale_since is")
+    is_id = isinstance(source, str) and _ID_SOURCE.fullmatch(source) is not None
+    if source is not None and not (is_id and int(source[1:]) <= _BIGINT_MAX):
+        source = normalize_key(source, "stale_source")
+    return {
+        "based_on": list(based_on) if based_on else None,
+        "stale_since": since,
+        "stale_source": source,
+    }
+
+
 # --- records --------------------------------------------------------------------------------
 
 
@@ -461,12 +497,14 @@ def _observation_actor(obj: dict[str, Any]) -> dict[str, Any]:
 def _fact(obj: dict[str, Any]) -> dict[str, Any]:
     # An expiry already past is kept: the fact was exported before maintenance
     # ended it; recall skips it and maintenance ends it here as it would have there.
+    fact_id, value = _int(obj, "id"), _fact_value(obj)
     return {
-        "id": _int(obj, "id"),
-        **_fact_value(obj),
+        "id": fact_id,
+        **value,
         "version": _count(obj, "version", low=1),
         **_times(obj),
         **_event(obj),
+        **_derived(obj, fact_id, value["key"]),
     }
 
 
@@ -484,6 +522,7 @@ def _fact_version(obj: dict[str, Any]) -> dict[str, Any]:
         "ended": _choice(obj, "ended", get_args(VersionEnd)),
         "ended_origin": ended_origin,
         "ended_session_id": _session(obj, "ended_session_id", optional=True),
+        **_event(obj),
     }
 
 

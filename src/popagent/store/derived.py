@@ -16,7 +16,18 @@ from ..models import Memory
 from .database import Conn
 from .memories import MEMORY_COLUMNS, row_to_memory
 
-__all__ = ["SOURCES", "based_on_param", "clear_stale", "list_stale", "sources"]
+__all__ = [
+    "DERIVED_COLUMNS",
+    "SOURCES",
+    "based_on_param",
+    "clear_stale",
+    "list_stale",
+    "sources",
+]
+
+#: A derived memory's columns (migration 0022), the ``Memory`` fields of the same
+#: names: its sources and its stale mark. Export and import carry them.
+DERIVED_COLUMNS = ("based_on", "stale_since", "stale_source")
 
 # The memories a list of sources names: ids of any kind, keys of facts.
 SOURCES = """

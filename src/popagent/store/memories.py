@@ -404,15 +404,16 @@ WHERE resource_id = %(resource_id)s AND id = %(id)s AND (%(kind)s::text IS NULL 
 # The facts of ``gone`` (a data-modifying CTE returning whole memory rows) as
 # versions that ended now, unless %(purge)s; with %(ended)s, %(ended_origin)s
 # and %(ended_session_id)s saying how and by whom.
-KEEP_GONE_FACTS = """
+KEEP_GONE_FACTS = f"""
     INSERT INTO popagent_fact_versions
         (resource_id, fact_id, version, key, content, content_sha256, importance, expires_at,
          session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to,
-         ended, ended_origin, ended_session_id)
+         ended, ended_origin, ended_session_id, {", ".join(EVENT_COLUMNS)})
     SELECT g.resource_id, g.id, g.version, g.key, g.content, g.content_sha256, g.importance,
            g.expires_at, g.session_id, g.origin, g.turn_id, g.message_ids, g.tool_call_id,
            g.updated_at, greatest(now(), g.updated_at),
-           %(ended)s, %(ended_origin)s, %(ended_session_id)s
+           %(ended)s, %(ended_origin)s, %(ended_session_id)s,
+           {", ".join("g." + c for c in EVENT_COLUMNS)}
     FROM gone g WHERE g.kind = 'fact' AND NOT %(purge)s
 """
 

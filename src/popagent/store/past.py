@@ -1,10 +1,15 @@
 """SQL of recall in the past: the memories and fact values of a moment, and the
 earlier values of facts that held during a period.
 
-Recall as of a moment (``memory.versions``) reads ``AT_MOMENT``: the episodes and
-current facts written by then that had not expired, and each fact's earlier value
-that held then (from ``popagent_fact_versions``, migration 0012). A question about
-a past period reads ``HELD_DURING``: earlier values whose span overlaps it. Both
+Recall as of a moment (``memory.versions``) reads ``AT_MOMENT``: the episodes told
+by then (or, as of a moment of the world, about what had happened by then), and of
+each fact the value that held then: current, or earlier (``popagent_fact_versions``,
+migration 0012), whichever was told last of those that had begun to hold (by their
+event start as of a moment of the world, else when written), unless it had been
+deleted or had expired by then. A question about
+a past period reads ``HELD_DURING``: earlier values that held in the world during
+it (from their event start, else when written, until a value told after them began
+to hold, or they were deleted or expired). Both
 return rows shaped as recall's candidates (``Memory``'s columns, the length, the
 term frequencies) plus ``until``: when an earlier value stopped holding (``NULL``
 for a current row).
@@ -62,28 +67,74 @@ _VERSIONS = f"""
     CROSS JOIN LATERAL (SELECT {_VECTOR} AS vector) s
     WHERE v.resource_id = %(resource_id)s AND s.vector @@ %(tsquery)s::tsquery"""
 
+# When a fact's value began to hold: as of a moment of the world (%(event)s), its
+# event start when it has one, else when it was written; as the store knew it, when
+# it was written.
+_HELD_FROM = (
+    "CASE WHEN %(event)s THEN coalesce({a}.happened_start, {a}.{written}) ELSE {a}.{written} END"
+)
+
+
+def _held_by_world(alias: str, written: str) -> str:
+    """The value of ``alias`` had begun to hold at %(world)s, and the store knew it at
+    %(known_at)s (when given)."""
+    return (
+        f"{_HELD_FROM.format(a=alias, written=written)} <= %(world)s"
+        f" AND (%(known_at)s::timestamptz IS NULL OR {alias}.{written} <= %(known_at)s)"
+    )
+
+
 AT_MOMENT = f"""
 (SELECT {_MEMORY_COLUMNS}, length(m.search_vector) AS length,
         {_TF.format(vector="m.search_vector")} AS tf, NULL::timestamptz AS until
  FROM popagent_memories m
  WHERE m.resource_id = %(resource_id)s AND m.search_vector @@ %(tsquery)s::tsquery
-   AND CASE WHEN m.kind = 'fact' THEN m.updated_at ELSE m.created_at END <= %(moment)s
-   AND (m.expires_at IS NULL OR m.expires_at > %(moment)s)
+   AND CASE WHEN m.kind = 'fact' THEN {_held_by_world("m", "updated_at")}
+            ELSE (%(known_at)s::timestamptz IS NULL OR m.created_at <= %(known_at)s)
+                 AND (%(as_of)s::timestamptz IS NULL
+                      OR least(m.created_at, m.happened_start) <= %(as_of)s) END
+   AND (m.expires_at IS NULL OR m.expires_at > %(world)s)
  ORDER BY ts_rank(m.search_vector, %(tsquery)s::tsquery) DESC, m.id DESC
  LIMIT %(pool)s)
 UNION ALL
 (SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
  FROM ({_VERSIONS}
-         AND v.valid_from <= %(moment)s AND v.valid_to > %(moment)s
-         AND (v.expires_at IS NULL OR v.expires_at > %(moment)s)) v
+         AND {_held_by_world("v", "valid_from")}
+         AND NOT (v.ended <> 'updated' AND v.valid_to <= %(gone_by)s)
+         AND (v.expires_at IS NULL OR v.expires_at > %(world)s)
+         -- The value told last of those that had begun to hold is the one that held.
+         AND NOT EXISTS (
+             SELECT 1 FROM popagent_fact_versions w
+             WHERE w.resource_id = %(resource_id)s AND w.fact_id = v.fact_id
+               AND w.version > v.version AND {_held_by_world("w", "valid_from")})
+         AND NOT EXISTS (
+             SELECT 1 FROM popagent_memories c
+             WHERE c.resource_id = %(resource_id)s AND c.id = v.fact_id AND c.kind = 'fact'
+               AND {_held_by_world("c", "updated_at")})) v
  ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.fact_id DESC
  LIMIT %(pool)s)
 """
 
+# When an earlier value stopped holding in the world: when a value told after it
+# began to hold (its event start, else when written: the first of them), or when it
+# was deleted or expired; without either (an operator's edit), when it was replaced.
+_HELD_TO = """coalesce(least(
+    (SELECT min(coalesce(w.happened_start, w.valid_from)) FROM popagent_fact_versions w
+     WHERE w.resource_id = %(resource_id)s AND w.fact_id = v.fact_id AND w.version > v.version),
+    (SELECT coalesce(c.happened_start, c.updated_at) FROM popagent_memories c
+     WHERE c.resource_id = %(resource_id)s AND c.id = v.fact_id AND c.kind = 'fact'),
+    CASE WHEN v.ended <> 'updated' THEN v.valid_to END), v.valid_to)"""
+
+# The earlier values that held in the world during the period: from their event
+# start (else when written) until ``_HELD_TO``. A value a later one overtook from
+# before it began (told later, holding since earlier) held at no time.
 HELD_DURING = f"""
 SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
-FROM ({_VERSIONS}
-        AND v.valid_from < %(end)s AND v.valid_to > %(start)s) v
+FROM ({_VERSIONS}) v
+CROSS JOIN LATERAL (
+    SELECT coalesce(v.happened_start, v.valid_from) AS held_from, {_HELD_TO} AS held_to
+) h
+WHERE h.held_from < %(end)s AND h.held_to > %(start)s AND h.held_to > h.held_from
 ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.valid_to DESC
 LIMIT %(pool)s
 """
@@ -110,11 +161,29 @@ async def _rows(conn: Conn, statement: str, params: dict[str, Any]) -> list[Past
 
 
 async def at_moment(
-    conn: Conn, resource_id: str, lexemes: list[str], moment: datetime, pool: int
+    conn: Conn,
+    resource_id: str,
+    lexemes: list[str],
+    as_of: datetime | None,
+    known_at: datetime | None,
+    pool: int,
 ) -> list[PastCandidate]:
-    """What the resource held at ``moment`` that holds one of ``lexemes``: at most
-    ``pool`` memories and ``pool`` earlier fact values, each best matching first."""
-    params = {"resource_id": resource_id, "lexemes": lexemes, "moment": moment, "pool": pool}
+    """What held in the world at ``as_of``, as the store knew it at ``known_at`` (at
+    least one given), that holds one of ``lexemes``: at most ``pool`` memories and
+    ``pool`` earlier fact values, each best matching first (``memory.versions``)."""
+    given = [m for m in (as_of, known_at) if m is not None]
+    params = {
+        "resource_id": resource_id,
+        "lexemes": lexemes,
+        "as_of": as_of,
+        "known_at": known_at,
+        # The world is read at as_of (by the event clock), else at known_at.
+        "world": as_of or known_at,
+        "event": as_of is not None,
+        # A value deleted or expired by then had ended, as far as the store knew.
+        "gone_by": min(given),
+        "pool": pool,
+    }
     return await _rows(conn, AT_MOMENT, params)
 
 

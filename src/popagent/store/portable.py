@@ -21,6 +21,7 @@ from typing import Any
 
 from .caller_vectors import CALLER_MODEL_PREFIX
 from .database import Conn
+from .derived import DERIVED_COLUMNS
 from .memories import EVENT_COLUMNS
 
 __all__ = ["EXPORT_QUERIES", "rows"]
@@ -28,6 +29,8 @@ __all__ = ["EXPORT_QUERIES", "rows"]
 #: The event clock (migration 0021): null where it is unknown.
 _EVENT = ", ".join(EVENT_COLUMNS)
 _PROVENANCE = "origin, turn_id, message_ids, tool_call_id"
+#: A derived fact's sources and stale mark (migration 0022): null where none.
+_DERIVED = ", ".join(DERIVED_COLUMNS)
 
 #: What an export reads, by record type, in the order it writes them.
 EXPORT_QUERIES: dict[str, str] = {
@@ -61,13 +64,13 @@ WHERE resource_id = %(resource_id)s ORDER BY session_id
 """,
     "fact": f"""
 SELECT id, key, content, content_sha256, importance, session_id, {_PROVENANCE}, expires_at,
-       version, created_at, updated_at, {_EVENT}
+       version, created_at, updated_at, {_EVENT}, {_DERIVED}
 FROM popagent_memories
 WHERE resource_id = %(resource_id)s AND kind = 'fact' ORDER BY id
 """,
     "fact_version": f"""
 SELECT fact_id, version, key, content, content_sha256, importance, expires_at, session_id,
-       {_PROVENANCE}, valid_from, valid_to, ended, ended_origin, ended_session_id
+       {_PROVENANCE}, valid_from, valid_to, ended, ended_origin, ended_session_id, {_EVENT}
 FROM popagent_fact_versions
 WHERE resource_id = %(resource_id)s ORDER BY fact_id, version
 """,

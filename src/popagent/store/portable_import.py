@@ -36,6 +36,7 @@ from typing import Any
 from psycopg import sql
 
 from .database import Conn
+from .derived import DERIVED_COLUMNS
 from .memories import EVENT_COLUMNS
 from .recall_stats import MESSAGE_BYTES, counted, thread_counted
 
@@ -119,7 +120,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "created_at",
     ),
     "observation_actor": ("session_id", "actor", "recorded_at"),
-    "fact": ("id", *_FACT_VALUE_COLUMNS, "version", "created_at", "updated_at", *EVENT_COLUMNS),
+    "fact": (
+        "id",
+        *_FACT_VALUE_COLUMNS,
+        "version",
+        "created_at",
+        "updated_at",
+        *EVENT_COLUMNS,
+        *DERIVED_COLUMNS,
+    ),
     "fact_version": (
         "fact_id",
         "version",
@@ -129,6 +138,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "ended",
         "ended_origin",
         "ended_session_id",
+        *EVENT_COLUMNS,
     ),
     "episode": (
         "id",
@@ -201,6 +211,7 @@ _STAGED: dict[str, str] = {
     sha text NOT NULL, importance double precision NOT NULL, expires_at timestamptz,
     session_id text, {_PROVENANCE}, version integer NOT NULL,
     created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, {_EVENT},
+    based_on jsonb, stale_since timestamptz, stale_source text,
     target_id bigint, target_version integer, same boolean, new_id bigint""",
     # in_file: the record's fact is a fact record of the file; target_id: where the
     # version goes (NULL: skipped).
@@ -208,9 +219,9 @@ _STAGED: dict[str, str] = {
     content text NOT NULL, sha text NOT NULL, importance double precision NOT NULL,
     expires_at timestamptz, session_id text, {_PROVENANCE},
     valid_from timestamptz NOT NULL, valid_to timestamptz NOT NULL, ended text NOT NULL,
-    ended_origin text NOT NULL, ended_session_id text,
+    ended_origin text NOT NULL, ended_session_id text, {_EVENT},
     in_file boolean NOT NULL DEFAULT false, target_id bigint""",
-    # target_id: the target's episode of the same content (after the writes).
+    # target_id: the target's episode of the same content (added now, or there before).
     "episode": f"""id bigint NOT NULL, session_id text, content text NOT NULL,
     sha text NOT NULL, importance double precision NOT NULL, {_PROVENANCE},
     created_at timestamptz NOT NULL, {_EVENT},
@@ -724,18 +735,19 @@ SELECT lineno, key, target_id FROM import_fact
 WHERE target_id IS NOT NULL AND NOT same ORDER BY lineno LIMIT 1
 """
 
-# Straight in, not through the upsert: the exported version, times and provenance
-# are kept as they are (the version trigger fires on UPDATE only).
+# Straight in, not through the upsert: the exported version, times, provenance and
+# stale mark are kept as they are (the version trigger fires on UPDATE only). The
+# sources (``based_on``) are set once the episodes are in (``SET_FACT_SOURCES``).
 INSERT_FACTS = f"""
 WITH written AS (
     INSERT INTO popagent_memories
         (resource_id, id, session_id, kind, key, content, content_sha256, importance,
          expires_at, origin, turn_id, message_ids, tool_call_id, version, created_at, updated_at,
-         {", ".join(EVENT_COLUMNS)})
+         {", ".join(EVENT_COLUMNS)}, stale_since, stale_source)
     OVERRIDING SYSTEM VALUE
     SELECT %(resource_id)s, f.new_id, f.session_id, 'fact', f.key, f.content, f.sha,
            f.importance, f.expires_at, {_provenance("f")}, f.version, f.created_at, f.updated_at,
-           {", ".join("f." + c for c in EVENT_COLUMNS)}
+           {", ".join("f." + c for c in EVENT_COLUMNS)}, f.stale_since, f.stale_source
     FROM import_fact f WHERE f.new_id IS NOT NULL ORDER BY f.new_id
     RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
@@ -778,10 +790,10 @@ WITH written AS (
     INSERT INTO popagent_fact_versions
         (resource_id, fact_id, version, key, content, content_sha256, importance, expires_at,
          session_id, origin, turn_id, message_ids, tool_call_id, valid_from, valid_to, ended,
-         ended_origin, ended_session_id)
+         ended_origin, ended_session_id, {", ".join(EVENT_COLUMNS)})
     SELECT %(resource_id)s, v.target_id, v.version, v.key, v.content, v.sha, v.importance,
            v.expires_at, v.session_id, {_provenance("v")}, v.valid_from, v.valid_to, v.ended,
-           v.ended_origin, v.ended_session_id
+           v.ended_origin, v.ended_session_id, {", ".join("v." + c for c in EVENT_COLUMNS)}
     FROM import_fact_version v WHERE v.target_id IS NOT NULL ORDER BY v.target_id, v.version
     ON CONFLICT (resource_id, fact_id, version) DO NOTHING
     RETURNING 1
@@ -806,6 +818,57 @@ WITH written AS (
     RETURNING resource_id, id, search_vector, content
 ), {counted("written", 1)}
 SELECT count(*) AS n FROM written
+"""
+
+# Each episode record's target: the episode of its content in the target after the
+# import (added now, or there before: episodes deduplicate by content hash).
+MAP_EPISODES = """
+UPDATE import_episode e SET target_id = m.id
+FROM popagent_memories m
+WHERE m.resource_id = %(resource_id)s AND m.kind = 'episode' AND m.key IS NULL
+  AND m.content_sha256 = e.sha
+"""
+
+# The target memory a source id names: a fact of the file (added or matched), a
+# deleted fact whose history the file holds (the id its history went to, under which
+# ``restore_fact`` brings it back), or an episode of the file; NULL when the file
+# has no memory of that id.
+_TARGET_OF = """coalesce(
+    (SELECT coalesce(x.new_id, x.target_id) FROM import_fact x WHERE x.id = {ref}),
+    (SELECT v.target_id FROM import_fact_version v
+     WHERE v.fact_id = {ref} AND NOT v.in_file LIMIT 1),
+    (SELECT e.target_id FROM import_episode e WHERE e.id = {ref}))"""
+
+# An added fact's sources: a key is a name and is kept; a memory id is mapped to the
+# target's id of that memory of the file, and dropped when the file has none (a
+# source id kept as it is would name an unrelated memory of the target), as
+# provenance is; nothing left: based on nothing. A stale mark's source that is an id
+# (``#`` and the id) is mapped the same way, and kept as exported when it names no
+# memory of the file (the source was gone before the export). No trigger fires:
+# only content and key changes mark dependents (migration 0022).
+SET_FACT_SOURCES = f"""
+WITH mapped AS (
+    SELECT f.new_id,
+           (SELECT jsonb_agg(r.ref ORDER BY r.n) FROM (
+                SELECT min(u.n) AS n, u.ref FROM (
+                    SELECT s.n, CASE WHEN jsonb_typeof(s.ref) = 'string' THEN s.ref
+                                     ELSE to_jsonb({_TARGET_OF.format(ref="(s.ref)::bigint")})
+                                END AS ref
+                    FROM jsonb_array_elements(f.based_on) WITH ORDINALITY AS s(ref, n)
+                ) u
+                WHERE u.ref IS NOT NULL GROUP BY u.ref
+            ) r) AS based_on,
+           CASE WHEN f.stale_source LIKE '#%%'
+                THEN coalesce(
+                    '#' || {_TARGET_OF.format(ref="substr(f.stale_source, 2)::bigint")},
+                    f.stale_source)
+                ELSE f.stale_source END AS stale_source
+    FROM import_fact f
+    WHERE f.new_id IS NOT NULL AND (f.based_on IS NOT NULL OR f.stale_source LIKE '#%%')
+)
+UPDATE popagent_memories m SET based_on = mapped.based_on, stale_source = mapped.stale_source
+FROM mapped
+WHERE m.resource_id = %(resource_id)s AND m.id = mapped.new_id
 """
 
 # --- writes: secrets ----------------------------------------------------------------------

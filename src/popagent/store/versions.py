@@ -16,7 +16,13 @@ import psycopg
 from ..models import FactVersion, Memory
 from ._rows import column_list, from_row
 from .database import Conn
-from .memories import MEMORY_COLUMNS, conflict_error, converted_columns, row_to_memory
+from .memories import (
+    EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    conflict_error,
+    converted_columns,
+    row_to_memory,
+)
 from .recall_stats import counted
 
 __all__ = [
@@ -47,16 +53,18 @@ SELECT {VERSION_COLUMNS} FROM popagent_fact_versions
 WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s AND version = %(version)s
 """
 
-# A deleted fact comes back under its own id, as the version after its last; it is
+# A deleted fact comes back under its own id, as the version after its last, with
+# the event clock the caller gives (``memory.history``: the version's own); it is
 # counted in recall's statistics (``store.recall_stats``).
 REINSERT_FACT = f"""
 WITH written AS (
 INSERT INTO popagent_memories
     (id, resource_id, session_id, kind, key, content, content_sha256, importance, expires_at,
-     origin, turn_id, message_ids, tool_call_id, version, created_at)
+     origin, turn_id, message_ids, tool_call_id, {", ".join(EVENT_COLUMNS)}, version, created_at)
 OVERRIDING SYSTEM VALUE
 SELECT %(fact_id)s, %(resource_id)s, %(session_id)s, 'fact', v.key, v.content, v.content_sha256,
        v.importance, %(expires_at)s, %(origin)s, %(turn_id)s, %(message_ids)s, %(tool_call_id)s,
+       {", ".join(f"%({c})s" for c in EVENT_COLUMNS)},
        (SELECT max(version) + 1 FROM popagent_fact_versions
         WHERE resource_id = %(resource_id)s AND fact_id = %(fact_id)s),
        (SELECT min(valid_from) FROM popagent_fact_versions

@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from ..memory.derived import BASED_ON_CAP
 from ..memory.validation import FACT_CONTENT_CAP, KEY_CAP, QUERY_CAP
-from ..models import RECALL_MOMENTS, RecallOptions
+from ..models import HAPPENED_AT_CAP, HAPPENED_AT_HELP, RECALL_MOMENTS, RecallOptions
 
 __all__ = [
     "CHAT_MESSAGE_CAP",
@@ -86,12 +86,8 @@ Moment = Annotated[str, Field(min_length=1, max_length=64)]
 HappenedAt = Annotated[
     str | None,
     Field(
-        max_length=200,
-        description=(
-            "When it happened or since when it holds: 2023-07-28, 2023-07, 2021, an ISO 8601 "
-            "time, or a phrase such as 'spring 2021' or 'last Friday' (read against now). "
-            "Left out: read from the content, if it names a time."
-        ),
+        max_length=HAPPENED_AT_CAP,
+        description=HAPPENED_AT_HELP + " Left out: read from the content, if it names a time.",
     ),
 ]
 

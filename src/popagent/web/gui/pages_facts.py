@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -36,11 +38,12 @@ from ...memory.validation import (
     FACT_CONTENT_CAP,
     KEY_CAP,
     check_expires_at,
+    check_happened_at,
     check_importance,
     normalize_fact_content,
     normalize_key,
 )
-from ...models import Kind, Memory, Provenance
+from ...models import HAPPENED_AT_CAP, HAPPENED_AT_HELP, Kind, Memory, Provenance
 from ..services import Services, services
 from ._expiry import parse_expiry
 from .forms import FormRefused, read_form
@@ -51,7 +54,7 @@ __all__ = ["FACT_FIELDS", "GUI_WRITE", "FactForm", "check_fact_form", "expiry_te
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
-FACT_FIELDS = ("content", "key", "importance", "expires_at")
+FACT_FIELDS = ("content", "key", "importance", "expires_at", "happened_at")
 DEFAULT_IMPORTANCE = 0.5
 #: The provenance of every write through the GUI.
 GUI_WRITE = Provenance(origin="gui")
@@ -70,6 +73,9 @@ class FactForm:
     expires_at: datetime | None = None
     #: The expiry field still shows the fact's own expiry: leave it as stored.
     expiry_unchanged: bool = False
+    #: The event clock as typed (``FactOptions.happened_at``), checked; ``None``: left
+    #: empty (read from the content, as ``create_fact`` and ``update_fact`` do).
+    happened_at: str | None = None
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -119,7 +125,30 @@ def check_fact_form(form: dict[str, str], current_expiry: datetime | None = None
                 f.expires_at = check_expires_at(expires_at)
         except ValidationError as exc:
             f.errors["expires_at"] = exc.message
+    if typed["happened_at"].strip():
+        try:
+            check_happened_at(typed["happened_at"], datetime.now(UTC))
+            f.happened_at = typed["happened_at"].strip()
+        except ValidationError as exc:
+            f.errors["happened_at"] = exc.message
     return f
+
+
+_DATE = re.compile(r"\d{4}(?:-\d{2}){1,2}")
+
+
+def _dates_unbroken(text: str) -> Markup:
+    """``text`` escaped, each date in it one unbreakable phrase (``.when``): a narrow
+    screen moves it whole instead of splitting it at a hyphen."""
+    return Markup(_DATE.sub(lambda m: f'<span class="when">{m.group(0)}</span>', str(escape(text))))
+
+
+def event_text(fact: Memory) -> str:
+    """A fact's event clock as the edit form states it (``""``: unknown)."""
+    if fact.happened_start is None or fact.happened_end is None:
+        return ""
+    span = f"{fact.happened_start.date().isoformat()} to {fact.happened_end.date().isoformat()}"
+    return f"{span} ({fact.happened_precision})"
 
 
 def _form_page(
@@ -134,6 +163,9 @@ def _form_page(
         f=f,
         content_cap=FACT_CONTENT_CAP,
         key_cap=KEY_CAP,
+        happened_at_cap=HAPPENED_AT_CAP,
+        happened_at_help=_dates_unbroken(HAPPENED_AT_HELP),
+        event=_dates_unbroken(event_text(fact)) if fact is not None else "",
     )
 
 
@@ -173,9 +205,7 @@ async def _submit(
 
 @router.get("/facts/new")
 async def new_fact(request: Request) -> Response:
-    f = FactForm(
-        form={"content": "", "key": "", "importance": str(DEFAULT_IMPORTANCE), "expires_at": ""}
-    )
+    f = FactForm(form={**dict.fromkeys(FACT_FIELDS, ""), "importance": str(DEFAULT_IMPORTANCE)})
     return _form_page(request, f, fact=None)
 
 
@@ -190,6 +220,7 @@ async def create_fact(request: Request) -> Response:
         key=f.key,
         importance=f.importance,
         expires_at=f.expires_at,
+        happened_at=f.happened_at,
         provenance=GUI_WRITE,
     )
     return await _submit(request, f, create, fact=None, notice="fact-created")
@@ -204,6 +235,10 @@ async def edit_fact(request: Request, id: MemoryId) -> Response:
             "key": fact.key or "",
             "importance": f"{fact.importance:g}",
             "expires_at": expiry_text(fact.expires_at),
+            # Empty: the fact keeps its event clock while its content stays (the hint
+            # says it); a phrase such as "last Friday" would be read again against
+            # the time of saving.
+            "happened_at": "",
         }
     )
     return _form_page(request, f, fact=fact)
@@ -223,6 +258,7 @@ async def update_fact(request: Request, id: MemoryId) -> Response:
         importance=f.importance,
         expires_at=None if f.expiry_unchanged else f.expires_at,
         clear_expiry=f.expires_at is None,
+        happened_at=f.happened_at,
         provenance=GUI_WRITE,
     )
     return await _submit(request, f, update, fact=fact, notice="fact-updated")
