@@ -113,7 +113,11 @@ async def general(
     for conv in conversations:
         for q in conv.questions:
             results = await memory.recall(
-                conv.resource, q.text, limit=LIMIT, now=conv.now, mode=mode  # type: ignore[arg-type]
+                conv.resource,
+                q.text,
+                limit=LIMIT,
+                now=conv.now,
+                mode=mode,  # type: ignore[arg-type]
             )
             ranked = [conv.covers[r.memory.content] for r in results]
             hit1.append(float(bool(ranked) and bool(ranked[0] & q.evidence)))
@@ -258,7 +262,9 @@ def main() -> None:
         ratio = t["p50_ms"] / b["p50_ms"] if b["p50_ms"] else float("nan")
         print(f"{data:<8} {'ratio':<10} {'':>9} {'':>7} {t['newest_first'] - b['newest_first']:>+10.3f} "
               f"{t['top1'] - b['top1']:>+6.3f} {ratio:>6.2f}x")  # fmt: skip
-    print(f"\nGeneral ranking on every LoCoMo question ({sides['off']['locomo-all']['questions']})\n")
+    print(
+        f"\nGeneral ranking on every LoCoMo question ({sides['off']['locomo-all']['questions']})\n"
+    )
     header = f"{'code':<10} {'hit@1':>6} {'R@5':>6} {'R@8':>6}"
     print(header)
     print("-" * len(header))
