@@ -54,6 +54,7 @@ import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.embed import make_embedder
 from popagent.memory.validation import episode_content
+from popagent.models import RecallResult
 from popagent.store.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +106,13 @@ def locomo_cases(conversations: list[locomo.Conversation]) -> list[Case]:
     return cases
 
 
+async def ask(
+    memory: LongTermMemory, resource: str, question: str, now: datetime, mode: str
+) -> list[RecallResult]:
+    """One question, as every side asks it: the top ``LIMIT`` at ``now``."""
+    return await memory.recall(resource, question, limit=LIMIT, now=now, mode=mode)  # type: ignore[arg-type]
+
+
 async def general(
     memory: LongTermMemory, conversations: list[locomo.Conversation], mode: str
 ) -> dict[str, Any]:
@@ -112,13 +120,7 @@ async def general(
     hit1, r5, r8 = [], [], []
     for conv in conversations:
         for q in conv.questions:
-            results = await memory.recall(
-                conv.resource,
-                q.text,
-                limit=LIMIT,
-                now=conv.now,
-                mode=mode,  # type: ignore[arg-type]
-            )
+            results = await ask(memory, conv.resource, q.text, conv.now, mode)
             ranked = [conv.covers[r.memory.content] for r in results]
             hit1.append(float(bool(ranked) and bool(ranked[0] & q.evidence)))
             r5.append(locomo.recall_at(q.evidence, ranked, 5))
@@ -136,13 +138,7 @@ async def score(memory: LongTermMemory, cases: list[Case], mode: str) -> dict[st
     latencies = []
     for case in cases:
         start = time.perf_counter()
-        results = await memory.recall(
-            case.resource,
-            case.question,
-            limit=LIMIT,
-            now=case.now,
-            mode=mode,  # type: ignore[arg-type]
-        )
+        results = await ask(memory, case.resource, case.question, case.now, mode)
         latencies.append((time.perf_counter() - start) * 1000)
         newest = max(case.evidence.values())
         found = [r for r in results if r.memory.content in case.evidence]
@@ -192,7 +188,7 @@ def child(out: str, data: Path, conversations: int | None, embedder: str, off: b
         from popagent.memory import recall
 
         # The ranking alone: recall asks this before it reorders.
-        recall.newest_applies = lambda query, now: False  # type: ignore[assignment]
+        recall.newest_applies = lambda query, now: False
     tmp = tempfile.mkdtemp(prefix="popagent-newest-")
     server = None
     try:
