@@ -18,11 +18,15 @@ Per question, with ``limit=10`` and ``now`` = a day after its last turn: among
 the evidence episodes in the top 10 (questions with fewer than two there are not
 counted), does the newest rank above the others? The rate is over the counted
 questions; ``top-1`` is the rate at which the first result is the newest
-evidence, over all questions. The same program runs twice, in child processes
-that each start their own cluster: once with this tree's popagent and once with
+evidence, over all questions. What the reordering costs general ranking is
+measured on every LoCoMo question of categories 1-4 (``locomo-all``): ``hit@1``,
+the first result is evidence, and evidence recall at 5 and 8 (``bench/locomo.py``'s
+R@k). The same program runs three times, in child processes that each start
+their own cluster: this tree's popagent with the newest value first switched off
+(``off``: ``memory.recall.newest_applies`` answers no, the ranking alone), with
 ``--baseline`` (default ``main``, checked out with ``git worktree`` into a
-temporary directory), so both sides are measured in the same run; recall's
-latency (p50, p95) is printed beside them.
+temporary directory), and this tree, so all are measured in the same run;
+recall's latency (p50, p95) is printed beside them.
 
     python bench/newest.py [--baseline REF] [--data PATH] [--conversations N]
                            [--embedder none|local]
@@ -50,6 +54,7 @@ import popagent
 from popagent import EpisodeTurn, LongTermMemory
 from popagent.embed import make_embedder
 from popagent.memory.validation import episode_content
+from popagent.models import RecallResult
 from popagent.store.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,18 +106,39 @@ def locomo_cases(conversations: list[locomo.Conversation]) -> list[Case]:
     return cases
 
 
+async def ask(
+    memory: LongTermMemory, resource: str, question: str, now: datetime, mode: str
+) -> list[RecallResult]:
+    """One question, as every side asks it: the top ``LIMIT`` at ``now``."""
+    return await memory.recall(resource, question, limit=LIMIT, now=now, mode=mode)  # type: ignore[arg-type]
+
+
+async def general(
+    memory: LongTermMemory, conversations: list[locomo.Conversation], mode: str
+) -> dict[str, Any]:
+    """Every LoCoMo question: the first result is evidence (hit@1), evidence R@5, R@8."""
+    hit1, r5, r8 = [], [], []
+    for conv in conversations:
+        for q in conv.questions:
+            results = await ask(memory, conv.resource, q.text, conv.now, mode)
+            ranked = [conv.covers[r.memory.content] for r in results]
+            hit1.append(float(bool(ranked) and bool(ranked[0] & q.evidence)))
+            r5.append(locomo.recall_at(q.evidence, ranked, 5))
+            r8.append(locomo.recall_at(q.evidence, ranked, 8))
+    return {
+        "questions": len(hit1),
+        "hit1": statistics.fmean(hit1),
+        "r5": statistics.fmean(r5),
+        "r8": statistics.fmean(r8),
+    }
+
+
 async def score(memory: LongTermMemory, cases: list[Case], mode: str) -> dict[str, Any]:
     counted = first = top1 = 0
     latencies = []
     for case in cases:
         start = time.perf_counter()
-        results = await memory.recall(
-            case.resource,
-            case.question,
-            limit=LIMIT,
-            now=case.now,
-            mode=mode,  # type: ignore[arg-type]
-        )
+        results = await ask(memory, case.resource, case.question, case.now, mode)
         latencies.append((time.perf_counter() - start) * 1000)
         newest = max(case.evidence.values())
         found = [r for r in results if r.memory.content in case.evidence]
@@ -153,10 +179,16 @@ async def measure(
         return {
             "updates": await score(memory, cases, mode),
             "locomo": await score(memory, locomo_cases(convs), mode),
+            "locomo-all": await general(memory, convs, mode),
         }
 
 
-def child(out: str, data: Path, conversations: int | None, embedder: str) -> None:
+def child(out: str, data: Path, conversations: int | None, embedder: str, off: bool) -> None:
+    if off:
+        from popagent.memory import recall
+
+        # The ranking alone: recall asks this before it reorders.
+        recall.newest_applies = lambda query, now: False
     tmp = tempfile.mkdtemp(prefix="popagent-newest-")
     server = None
     try:
@@ -169,9 +201,10 @@ def child(out: str, data: Path, conversations: int | None, embedder: str) -> Non
     Path(out).write_text(json.dumps(result), encoding="utf-8")
 
 
-def run_side(src: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_side(src: Path, args: argparse.Namespace, out: Path, off: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{Path(__file__).resolve().parent}"}
     command = [sys.executable, __file__, "--child", str(out), "--embedder", args.embedder]
+    command += ["--off"] if off else []
     command += ["--data", str(args.data)]
     if args.conversations:
         command += ["--conversations", str(args.conversations)]
@@ -189,9 +222,10 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, metavar="N", help="only the first N of LoCoMo")
     parser.add_argument("--embedder", choices=("none", "local"), default="none")
     parser.add_argument("--child", metavar="OUT", help=argparse.SUPPRESS)
+    parser.add_argument("--off", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.data, args.conversations, args.embedder)
+        child(args.child, args.data, args.conversations, args.embedder, args.off)
         return
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="popagent-newest-"))
@@ -202,6 +236,7 @@ def main() -> None:
     )
     try:
         sides = {
+            "off": run_side(ROOT / "src", args, work / "off.json", off=True),
             args.baseline: run_side(base / "src", args, work / "baseline.json"),
             "this tree": run_side(ROOT / "src", args, work / "this.json"),
         }
@@ -223,6 +258,20 @@ def main() -> None:
         ratio = t["p50_ms"] / b["p50_ms"] if b["p50_ms"] else float("nan")
         print(f"{data:<8} {'ratio':<10} {'':>9} {'':>7} {t['newest_first'] - b['newest_first']:>+10.3f} "
               f"{t['top1'] - b['top1']:>+6.3f} {ratio:>6.2f}x")  # fmt: skip
+    print(
+        f"\nGeneral ranking on every LoCoMo question ({sides['off']['locomo-all']['questions']})\n"
+    )
+    header = f"{'code':<10} {'hit@1':>6} {'R@5':>6} {'R@8':>6}"
+    print(header)
+    print("-" * len(header))
+    for name, side in sides.items():
+        g = side["locomo-all"]
+        print(f"{name:<10} {g['hit1']:>6.3f} {g['r5']:>6.3f} {g['r8']:>6.3f}")
+    off = sides["off"]["locomo-all"]
+    for name in (args.baseline, "this tree"):
+        g = sides[name]["locomo-all"]
+        print(f"{name + '-off':<10} {g['hit1'] - off['hit1']:>+6.3f} {g['r5'] - off['r5']:>+6.3f} "
+              f"{g['r8'] - off['r8']:>+6.3f}")  # fmt: skip
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

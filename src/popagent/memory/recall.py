@@ -36,7 +36,7 @@ from ..store import recall as recall_sql
 from ..store import vectors as vector_store
 from ..store.database import Conn
 from .base import MemoryBase
-from .newest import newest_first
+from .newest import newest_first, present_tense
 from .ranking import SIGNALS, emphasised_lexemes, idf, rank, with_next_turns
 from .recall_report import RecallMode, RecallReport, describe
 from .temporal import TimeWindow, query_window, recall_window
@@ -185,10 +185,13 @@ async def _recall(
 
 def newest_applies(query: str, now: datetime) -> bool:
     """Whether recall puts the newest value first for ``query`` at ``now``: a question
-    in the present tense, neither about a past period ("where did I live in 2021?")
-    nor asking when something happened ("when did I go to the dentist?"), which the
+    in the present tense (``newest.present_tense``: "where do I work?", not "what
+    did I paint?"), neither about a past period ("where did I live in 2021?") nor
+    asking when something happened ("when did I go to the dentist?"), which the
     event clock answers."""
     query = query.strip()
+    if not present_tense(query):
+        return False
     if past_period(query, query_window(query, now), now) is not None:
         return False
     window = recall_window(query, now)
