@@ -89,6 +89,8 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     _in_head = True
     _head_bytes = 0
+    #: The head's unfinished last line, not yet given to the parser (``_feed_lines``).
+    _line: bytearray
     _header_count = 0
     _head_timer: asyncio.TimerHandle | None = None
     #: The refusal a parser callback decided on: (status, error, message).
@@ -106,6 +108,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             )
             return
         super().connection_made(transport)
+        self._line = bytearray()
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -114,15 +117,14 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         while data and not self._answered:
-            if self._in_head:
-                self._arm_head_timer()
-                room = self.max_head_bytes - self._head_bytes
-                piece, data = data[:room], data[room:]
-                self._head_bytes += len(piece)
-            else:
-                piece, data = data, b""
-            super().data_received(piece)
-            if self._answered or self.transport.is_closing():
+            if not self._in_head:
+                super().data_received(data)
+                return
+            self._arm_head_timer()
+            room = self.max_head_bytes - self._head_bytes
+            piece, data = data[:room], data[room:]
+            self._head_bytes += len(piece)
+            if not self._feed_lines(piece):
                 return
             if self._in_head and self._head_bytes >= self.max_head_bytes:
                 self._write_refusal(
@@ -132,14 +134,67 @@ class GuardedHttpTools(HttpToolsProtocol):
                 )
                 return
 
+    def _feed_lines(self, piece: bytes) -> bool:
+        """Give the parser the head's complete lines and keep its unfinished last line
+        here, so that the parser sees each line of the head in one piece: it joins
+        the pieces of a header value by concatenation, quadratic in their number.
+        ``False`` once the connection is answered (or closing)."""
+        end = piece.rfind(b"\n") + 1
+        if end == 0:
+            self._line += piece
+            return self._line_ok()
+        if self._line:
+            self._line += piece[:end]
+            lines = bytes(self._line)
+            self._line = bytearray(piece[end:])
+        else:
+            lines = piece[:end]
+            self._line = bytearray(piece[end:])
+        super().data_received(lines)
+        if self._answered or self.transport.is_closing() or self._switched():
+            return False
+        if self._in_head:
+            return self._line_ok()
+        if self._line:  # the head ended: the rest is the body's, or the next request's
+            rest = bytes(self._line)
+            self._line.clear()
+            super().data_received(rest)
+            if self._answered or self.transport.is_closing():
+                return False
+        return True
+
+    def _line_ok(self) -> bool:
+        """Refuse (431) an unfinished line of the head that is already over the bound."""
+        # The line's name, ": " and "\r" beside the name and value on_header measures.
+        if len(self._line) <= self.max_header_bytes + 3:
+            return True
+        self._write_refusal(
+            431,
+            "headers_too_large",
+            f"a line of the request's head is over {self.max_header_bytes:,} bytes",
+        )
+        return False
+
+    def _switched(self) -> bool:
+        """Whether the connection went to another protocol (a WebSocket upgrade)."""
+        return self.transport.get_protocol() is not self
+
     # --- parser callbacks -------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # Not ``_head_bytes``: the parser begins while it is fed the head's first
+        # bytes, which are counted already (they are reset when a message completes).
         self._in_head = True
-        self._head_bytes = 0
         self._header_count = 0
         self._arm_head_timer()
+
+    def on_message_complete(self) -> None:
+        if self._answered:  # answered at the edge (``_health``): no request cycle ran
+            return
+        super().on_message_complete()
+        self._in_head = True  # what this connection sends next is a request's head
+        self._head_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
