@@ -9,7 +9,11 @@ and, per connection:
 
 - feeds the parser at most ``MAX_HEAD_BYTES`` of one request's head (the request
   line and every header): past it, 431 and close, having parsed no more than that;
-- refuses a header line (name and value) over ``MAX_HEADER_BYTES`` or more than
+- feeds the parser the head's complete lines only, keeping an unfinished line here
+  (appended to a buffer: linear), so that the parser never joins a header's pieces;
+  an unfinished line already over ``MAX_HEADER_BYTES`` is refused (431, close) as
+  it arrives, a 100 MB header value after its first 16 KiB;
+- refuses a header (name and value) over ``MAX_HEADER_BYTES`` or more than
   ``MAX_HEADERS`` headers with 431 and close, as soon as the parser reports one;
 - answers 408 and closes a connection whose head is not complete within
   ``HEAD_TIMEOUT_S`` of its connection or of its head's first byte (a client that
@@ -58,7 +62,7 @@ __all__ = [
 
 #: Bytes of one request's head (request line and headers) a client may send.
 MAX_HEAD_BYTES = 64 * 1024
-#: Bytes of one header line (name and value).
+#: Bytes of one line of the head: the request line, or a header's name and value.
 MAX_HEADER_BYTES = 16 * 1024
 #: Headers in one request.
 MAX_HEADERS = 100
