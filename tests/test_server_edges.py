@@ -179,6 +179,35 @@ async def test_a_100_mb_header_is_refused_at_once_and_healthz_stays_true(
     assert _p99(latencies) < _bound_ms(idle_p99), (idle_p99, sorted(latencies)[-5:])
 
 
+def _send_without_reading(port: int, size: int) -> tuple[int, bytes, int]:
+    """Send one request with a ``size`` byte header value, reading nothing until the
+    sending fails: the status, the response and how many bytes were sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as sock:
+        sent = 0
+        try:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: ")
+            while sent < size:
+                sock.sendall(b"a" * (1 << 20))
+                sent += 1 << 20
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return (*_status_and_rest(sock), sent)
+
+
+async def test_a_client_that_sends_on_is_held_then_reads_the_refusal(
+    database_url: str, resource: str
+) -> None:
+    """Past ``LINGER_BYTES`` dropped, the server reads no more: the client's sending
+    blocks until the close (costing the server nothing), and the refusal waits in
+    its socket to be read."""
+    with served(database_url, resource) as (_, port):
+        status, response, sent = await asyncio.to_thread(_send_without_reading, port, 100 << 20)
+    assert status == 431, response[:300]
+    # What the socket buffers hold, the head's first 16 KiB and LINGER_BYTES: a few MB.
+    assert sent < 100 << 20
+    assert b"headers_too_large" in response
+
+
 async def test_too_many_or_too_large_headers_get_431_and_a_large_body_does_not(
     database_url: str, resource: str
 ) -> None:
