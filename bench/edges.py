@@ -4,12 +4,15 @@ takes a 100 MB header, 300 slow-header clients and a burst of 3,000 creates.
 A real server (``python -m popagent.cli serve --workers 1``) on a scratch database of a
 disposable embedded PostgreSQL cluster (or of ``POPAGENT_DATABASE_URL``). One prober
 asks ``GET /healthz`` one request after another, each on a new connection (as an
-orchestrator's probe does), for as long as each attack lasts. Scenarios, each bounded
-in bytes, clients and time:
+orchestrator's probe does), for as long as each attack lasts. The prober is a process
+of its own with blocking sockets: in the attackers' event loop its time would include
+theirs (300 slow clients' timers, 3,000 responses read) and not only the server's.
+Scenarios, each bounded in bytes, clients and time:
 
 1. idle: the probe alone for ``--idle-s`` seconds (the reference);
-2. one request whose header value is ``--header-mb`` MB, sent until the server answers
-   or closes (at most ``--attack-s`` seconds);
+2. requests whose header value is ``--header-mb`` MB, one after another for
+   ``--header-s`` seconds, each sent until the server answers or closes (one such
+   request is refused within a few MB: one alone lasts too little to be probed);
 3. ``--slow-clients`` connections each sending one header line a second, until the
    server answers them or ``--attack-s`` seconds pass;
 4. ``--burst-size`` fact creates at once, each on a connection of its own.
@@ -21,7 +24,7 @@ another commit, e.g. ``git worktree add /tmp/base main``) runs every scenario on
 code too, in the same run, on the same database.
 
     python bench/edges.py [--burst-size 3000] [--slow-clients 300] [--header-mb 100]
-                          [--attack-s 60] [--baseline PATH] [--json PATH]
+                          [--header-s 5] [--attack-s 60] [--baseline PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,35 +53,68 @@ from load import Connection, create_requests, start_server
 
 COLUMNS = "code scenario attack attack_s probes not_ok p50 p95 p99 max p99_vs_idle"
 OK = b'{"status":"ok","database":"ok"}'
+#: Seconds between one probe's answer and the next probe.
+PROBE_GAP_S = 0.05
+
+Attack = Callable[[], Awaitable[str]]
+
+
+def probe(port: int, gap_s: float) -> None:
+    """The prober's process (``--probe PORT``): ``GET /healthz`` on a new connection,
+    one after another ``gap_s`` apart, until its stdin closes; a line per probe: the
+    milliseconds it took and whether it was 200 database ok."""
+    import threading
+
+    stop = threading.Event()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    # As an orchestrator's probe asks: a connection of its own, closed after the answer.
+    ask = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    while not stop.is_set():
+        asked = time.perf_counter()
+        answer = b""
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+                sock.sendall(ask.encode())
+                while chunk := sock.recv(65536):  # the server closes after /healthz
+                    answer += chunk
+        except OSError:
+            pass
+        head, _, body = answer.partition(b"\r\n\r\n")
+        good = head.startswith(b"HTTP/1.1 200 ") and body.replace(b" ", b"") == OK
+        print(f"{(time.perf_counter() - asked) * 1000:.3f} {int(good)}", flush=True)
+        time.sleep(gap_s)
 
 
 async def probe_while(
-    port: int, attack: Awaitable[str], limit_s: float
+    port: int, attack: Callable[[], Awaitable[str]], limit_s: float
 ) -> tuple[str, float, list[float], int]:
-    """Run ``attack`` while probing ``/healthz``: the attack's outcome and seconds, the
-    probes' latencies (ms) and how many were not a 200 ok."""
+    """Run ``attack`` while the prober (a process of its own) probes ``/healthz``: the
+    attack's outcome and seconds, the probes' latencies (ms) and how many were not a
+    200 ok. The attack starts once the prober has answered once."""
+    prober = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--probe", str(port),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert prober.stdin is not None and prober.stdout is not None
+    lines = [await prober.stdout.readline()]
     began = time.perf_counter()
-    task = asyncio.ensure_future(attack)
-    latencies: list[float] = []
-    not_ok = 0
-    while not task.done() and time.perf_counter() - began < limit_s:
-        asked = time.perf_counter()
-        conn = Connection(port)
-        try:
-            status, body = await asyncio.wait_for(conn.request("GET", "/healthz"), limit_s)
-            good = status == 200 and body.replace(b" ", b"") == OK
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
-            good = False
-        finally:
-            conn.close()
-        latencies.append((time.perf_counter() - asked) * 1000)
-        not_ok += not good
-        await asyncio.sleep(0.05)
     try:
-        outcome = await asyncio.wait_for(task, max(1.0, limit_s - (time.perf_counter() - began)))
+        outcome = await asyncio.wait_for(attack(), limit_s)
     except TimeoutError:
         outcome = "still running at the limit"
-    return outcome, time.perf_counter() - began, latencies, not_ok
+    seconds = time.perf_counter() - began
+    prober.stdin.close()
+    lines += (await prober.stdout.read()).splitlines()
+    await prober.wait()
+    # The first probe was before the attack: the idle scenario's reference only.
+    probes = [line.split() for line in lines[1:] if line.strip()]
+    latencies = [float(ms) for ms, _ in probes]
+    return outcome, seconds, latencies, sum(good == b"0" for _, good in probes)
 
 
 async def idle(port: int, seconds: float) -> str:
@@ -106,6 +144,19 @@ async def huge_header(port: int, megabytes: int) -> str:
         writer.close()
     status = head.split(b" ", 2)[1].decode() if head.startswith(b"HTTP/") else head[:20].decode()
     return f"{status} after {sent / (1 << 20):.0f} MB sent"
+
+
+async def huge_headers(port: int, megabytes: int, seconds: float) -> str:
+    """``huge_header`` again and again for ``seconds``: what each got, counted."""
+    answers: Counter[str] = Counter()
+    most_mb = 0
+    ends = time.perf_counter() + seconds
+    while time.perf_counter() < ends:
+        status, _, sent = (await huge_header(port, megabytes)).partition(" after ")
+        answers[status] += 1
+        most_mb = max(most_mb, int(sent.split()[0]))
+    counted = ", ".join(f"{n} {what}" for what, n in sorted(answers.items()))
+    return f"{counted} (each after <= {most_mb} MB)"
 
 
 async def slow_clients(port: int, clients: int, limit_s: float) -> str:
@@ -173,35 +224,50 @@ def row(code: str, scenario: str, result: tuple[str, float, list[float], int],
     }
 
 
-def scenarios(args: argparse.Namespace, url: str, tmp: Path, code: str,
-              src: Path | None) -> list[dict[str, Any]]:  # fmt: skip
-    port = free_port()
-    server = start_server(url, port, tmp / f"edges-{code}.log", src, 1)
+def attacks(args: argparse.Namespace, port: int, code: str) -> list[tuple[str, Attack]]:
+    """The scenarios (module doc), in order, against the server on ``port``."""
+    return [
+        ("idle", lambda: idle(port, args.idle_s)),
+        (
+            f"{args.header_mb} MB headers for {args.header_s:g} s",
+            lambda: huge_headers(port, args.header_mb, args.header_s),
+        ),
+        (
+            f"{args.slow_clients} slow-header clients",
+            lambda: slow_clients(port, args.slow_clients, args.attack_s),
+        ),
+        (
+            f"{args.burst_size:,} creates at once",
+            lambda: burst(port, args.burst_size, f"edges-{code}-{os.getpid()}"),
+        ),
+    ]
+
+
+def scenarios(args: argparse.Namespace, url: str, tmp: Path,
+              codes: dict[str, Path | None]) -> list[dict[str, Any]]:  # fmt: skip
+    """Every scenario on a server of each code, the codes taking turns scenario by
+    scenario (a shared machine's load then weighs on both alike)."""
+    servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
     rows: list[dict[str, Any]] = []
     try:
-        runs: list[tuple[str, Callable[[], Awaitable[str]]]] = [
-            ("idle", lambda: idle(port, args.idle_s)),
-            (f"one {args.header_mb} MB header", lambda: huge_header(port, args.header_mb)),
-            (
-                f"{args.slow_clients} slow-header clients",
-                lambda: slow_clients(port, args.slow_clients, args.attack_s),
-            ),
-            (
-                f"{args.burst_size:,} creates at once",
-                lambda: burst(port, args.burst_size, f"edges-{code}-{os.getpid()}"),
-            ),
-        ]
-        idle_p99 = None
-        for name, attack in runs:
-            result = asyncio.run(probe_while(port, attack(), args.attack_s + 30))
-            rows.append(row(code, name, result, idle_p99))
-            if name == "idle":
-                idle_p99 = pct(result[2], 99)
-            print(f"  {code} {name}: done", file=sys.stderr)
+        for code, src in codes.items():
+            port = free_port()
+            servers[code] = port, start_server(url, port, tmp / f"edges-{code}.log", src, 1)
+        runs = {code: attacks(args, port, code) for code, (port, _) in servers.items()}
+        idle_p99: dict[str, float] = {}
+        for step in range(len(next(iter(runs.values())))):
+            for code, (port, _) in servers.items():
+                name, attack = runs[code][step]
+                result = asyncio.run(probe_while(port, attack, args.attack_s + 30))
+                rows.append(row(code, name, result, idle_p99.get(code)))
+                if name == "idle":
+                    idle_p99[code] = pct(result[2], 99)
+                print(f"  {code} {name}: done", file=sys.stderr)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
-    return rows
+        for _, server in servers.values():
+            server.terminate()
+            server.wait(timeout=60)
+    return sorted(rows, key=lambda r: r["code"] != "baseline")
 
 
 def main() -> None:
@@ -209,20 +275,23 @@ def main() -> None:
     parser.add_argument("--burst-size", type=int, default=3000)
     parser.add_argument("--slow-clients", type=int, default=300)
     parser.add_argument("--header-mb", type=int, default=100)
+    parser.add_argument("--header-s", type=float, default=5.0, help="seconds of huge headers")
     parser.add_argument("--attack-s", type=float, default=60.0, help="time limit per attack")
     parser.add_argument("--idle-s", type=float, default=3.0)
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--probe", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rows: list[dict[str, Any]] = []
+    if args.probe is not None:
+        probe(args.probe, PROBE_GAP_S)
+        return
     with (
         admin_url() as admin,
         scratch_url(admin, "edges") as url,
         tempfile.TemporaryDirectory() as tmp,
     ):
-        if args.baseline is not None:
-            rows += scenarios(args, url, Path(tmp), "baseline", args.baseline)
-        rows += scenarios(args, url, Path(tmp), "current", None)
+        codes = {"current": None} if args.baseline is None else {"baseline": args.baseline}
+        rows = scenarios(args, url, Path(tmp), {**codes, "current": None})
     table(
         "popagent serve --workers 1 under attack: GET /healthz (a new connection each) "
         "while it lasts; latency in ms; not_ok: probes not 200 database ok",

@@ -130,7 +130,12 @@ def serve_command(
 
     from ..web import create_app
     from ..web.edge import uvicorn_options
-    from .workers import default_workers, parent_cluster, worker_environment
+    from .workers import (
+        default_workers,
+        freeze_startup_heap,
+        parent_cluster,
+        worker_environment,
+    )
 
     settings: Settings = ctx.obj
     workers = workers or default_workers()
@@ -206,6 +211,7 @@ def serve_command(
         _when_ready(
             None if multi_resource else settings.resource_id, host, port, url, workers, output
         )
+        freeze_startup_heap()  # the app is built: a full collection skips it
         with said_stopped():
             uvicorn.run(app, **served)
         return

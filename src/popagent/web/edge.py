@@ -9,7 +9,11 @@ and, per connection:
 
 - feeds the parser at most ``MAX_HEAD_BYTES`` of one request's head (the request
   line and every header): past it, 431 and close, having parsed no more than that;
-- refuses a header line (name and value) over ``MAX_HEADER_BYTES`` or more than
+- feeds the parser the head's complete lines only, keeping an unfinished line here
+  (appended to a buffer: linear), so that the parser never joins a header's pieces;
+  an unfinished line already over ``MAX_HEADER_BYTES`` is refused (431, close) as
+  it arrives, a 100 MB header value after its first 16 KiB;
+- refuses a header (name and value) over ``MAX_HEADER_BYTES`` or more than
   ``MAX_HEADERS`` headers with 431 and close, as soon as the parser reports one;
 - answers 408 and closes a connection whose head is not complete within
   ``HEAD_TIMEOUT_S`` of its connection or of its head's first byte (a client that
@@ -21,7 +25,10 @@ and, per connection:
 
 Each refusal is the API's JSON error body; the connection is then half-closed and
 its input dropped for ``LINGER_S`` before it is closed, so that a client still
-sending (a 100 MB header) reads the refusal instead of a reset.
+sending (a 100 MB header) reads the refusal instead of a reset. At most
+``LINGER_BYTES`` are read and dropped: past them reading stops, and a client that
+goes on sending (without reading the answer it has) is held by its own socket
+until the close, costing the server nothing.
 
 The body has its own bounds (``web.middleware.RequestGuard``: size, 411, 408).
 uvicorn's ``limit_concurrency`` is not used: it counts tasks as well as connections
@@ -58,7 +65,7 @@ __all__ = [
 
 #: Bytes of one request's head (request line and headers) a client may send.
 MAX_HEAD_BYTES = 64 * 1024
-#: Bytes of one header line (name and value).
+#: Bytes of one line of the head: the request line, or a header's name and value.
 MAX_HEADER_BYTES = 16 * 1024
 #: Headers in one request.
 MAX_HEADERS = 100
@@ -72,6 +79,10 @@ KEEP_ALIVE_S = 5.0
 #: refusal is sent: closing at once with unread input resets the connection, and the
 #: client may lose the refusal before it reads it (nginx's lingering close).
 LINGER_S = 1.0
+#: Bytes a refused connection's input may still cost (read and dropped) in that time:
+#: what a client has in flight before it reads the refusal, not a second's worth of
+#: loopback traffic (a client sending 100 MB on 127.0.0.1 had 6-12 MB read).
+LINGER_BYTES = 1 << 20
 
 
 class _Refused(Exception):
@@ -89,11 +100,15 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     _in_head = True
     _head_bytes = 0
+    #: The head's unfinished last line, not yet given to the parser (``_feed_lines``).
+    _line: bytearray
     _header_count = 0
     _head_timer: asyncio.TimerHandle | None = None
     #: The refusal a parser callback decided on: (status, error, message).
     _refusal: tuple[int, str, str] | None = None
     _answered = False
+    #: Bytes read and dropped since the connection was answered.
+    _dropped = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.max_connections:
@@ -106,6 +121,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             )
             return
         super().connection_made(transport)
+        self._line = bytearray()
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -113,16 +129,20 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._answered:  # lingering before the close: drop, up to a bound
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES and not self.transport.is_closing():
+                self.transport.pause_reading()
+            return
         while data and not self._answered:
-            if self._in_head:
-                self._arm_head_timer()
-                room = self.max_head_bytes - self._head_bytes
-                piece, data = data[:room], data[room:]
-                self._head_bytes += len(piece)
-            else:
-                piece, data = data, b""
-            super().data_received(piece)
-            if self._answered or self.transport.is_closing():
+            if not self._in_head:
+                super().data_received(data)
+                return
+            self._arm_head_timer()
+            room = self.max_head_bytes - self._head_bytes
+            piece, data = data[:room], data[room:]
+            self._head_bytes += len(piece)
+            if not self._feed_lines(piece):
                 return
             if self._in_head and self._head_bytes >= self.max_head_bytes:
                 self._write_refusal(
@@ -132,14 +152,67 @@ class GuardedHttpTools(HttpToolsProtocol):
                 )
                 return
 
+    def _feed_lines(self, piece: bytes) -> bool:
+        """Give the parser the head's complete lines and keep its unfinished last line
+        here, so that the parser sees each line of the head in one piece: it joins
+        the pieces of a header value by concatenation, quadratic in their number.
+        ``False`` once the connection is answered (or closing)."""
+        end = piece.rfind(b"\n") + 1
+        if end == 0:
+            self._line += piece
+            return self._line_ok()
+        if self._line:
+            self._line += piece[:end]
+            lines = bytes(self._line)
+            self._line = bytearray(piece[end:])
+        else:
+            lines = piece[:end]
+            self._line = bytearray(piece[end:])
+        super().data_received(lines)
+        if self._answered or self.transport.is_closing() or self._switched():
+            return False
+        if self._in_head:
+            return self._line_ok()
+        if self._line:  # the head ended: the rest is the body's, or the next request's
+            rest = bytes(self._line)
+            self._line.clear()
+            super().data_received(rest)
+            if self._answered or self.transport.is_closing():
+                return False
+        return True
+
+    def _line_ok(self) -> bool:
+        """Refuse (431) an unfinished line of the head that is already over the bound."""
+        # The line's name, ": " and "\r" beside the name and value on_header measures.
+        if len(self._line) <= self.max_header_bytes + 3:
+            return True
+        self._write_refusal(
+            431,
+            "headers_too_large",
+            f"a line of the request's head is over {self.max_header_bytes:,} bytes",
+        )
+        return False
+
+    def _switched(self) -> bool:
+        """Whether the connection went to another protocol (a WebSocket upgrade)."""
+        return self.transport.get_protocol() is not self
+
     # --- parser callbacks -------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # Not ``_head_bytes``: the parser begins while it is fed the head's first
+        # bytes, which are counted already (they are reset when a message completes).
         self._in_head = True
-        self._head_bytes = 0
         self._header_count = 0
         self._arm_head_timer()
+
+    def on_message_complete(self) -> None:
+        if self._answered:  # answered at the edge (``_health``): no request cycle ran
+            return
+        super().on_message_complete()
+        self._in_head = True  # what this connection sends next is a request's head
+        self._head_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
