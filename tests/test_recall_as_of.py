@@ -17,6 +17,7 @@ from popagent.errors import ValidationError
 from popagent.memory.render import render
 from popagent.memory.temporal import query_window
 from popagent.memory.versions import check_moment, past_period
+from popagent.store import past as past_sql
 from tests.time_support import moved_house
 
 
@@ -67,6 +68,27 @@ async def test_a_past_question_lets_the_value_of_then_compete(
     # The access of a past value is never recorded on the current fact.
     current = await memory.get(resource, fact_id)
     assert current.content == "Lives in Lyon"
+
+
+async def test_a_period_no_earlier_value_overlaps_recalls_as_the_present(
+    memory: LongTermMemory, resource: str
+) -> None:
+    await moved_house(memory, resource)
+    now = datetime(2024, 6, 1, tzinfo=UTC)
+    in_2021 = (datetime(2021, 1, 1, tzinfo=UTC), datetime(2022, 1, 1, tzinfo=UTC))
+    in_2019 = (datetime(2019, 1, 1, tzinfo=UTC), datetime(2020, 1, 1, tzinfo=UTC))
+    async with memory.pool.connection() as conn:
+        assert await past_sql.any_held_during(conn, resource, *in_2021)
+        assert not await past_sql.any_held_during(conn, resource, *in_2019)
+        # The cheap test never says no where the full statement finds a value.
+        assert await past_sql.held_during(conn, resource, ["pari"], *in_2021, 32)
+    # 2019: no earlier value overlaps, so the one-statement recall answers, with the
+    # current value only, ranked and explained as the lexical ranking does.
+    results = await memory.recall(resource, "where did I live in 2019?", now=now, touch=False)
+    assert [(r.memory.content, r.until) for r in results if r.memory.kind == "fact"] == [
+        ("Lives in Lyon", None)
+    ]
+    assert all(r.components for r in results)
 
 
 def test_moments_are_checked_and_name_their_field() -> None:

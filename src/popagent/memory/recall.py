@@ -364,6 +364,11 @@ async def _lexical_with_past(
     when no earlier value matches (the one-statement lexical recall then runs)."""
     pool = recall_pool(limit)
     async with self._pool.connection() as conn:
+        # Most questions about a past period meet no earlier value in it (a fact that
+        # never changed has none): one cheap statement then saves the corpus
+        # statistics and the versions' vectors, and the one-statement recall runs.
+        if not await past_sql.any_held_during(conn, resource_id, *period):
+            return None
         stats = await recall_sql.corpus_stats(conn, resource_id, query)
         held = await past_sql.held_during(
             conn, resource_id, recall_sql.scored_lexemes(stats), *period, pool
