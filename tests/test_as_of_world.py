@@ -128,3 +128,15 @@ async def test_a_past_question_finds_the_value_that_held_then_by_the_event_clock
     # In 2018, Paris: a past value, before the current one, which began only in 2019.
     in_2018 = facts(await memory.recall(resource, "where did I live in 2018?", now=now))
     assert in_2018 == [("Lives in Paris", True), ("Lives in Lyon", False)]
+
+
+async def test_a_value_told_today_about_long_ago_is_found_for_its_period(
+    memory: LongTermMemory, resource: str
+) -> None:
+    """Both values told today, each with the year it began: the earlier one's record
+    clock is today's, its event clock 2015 to 2019, so a question about 2016 finds it
+    (the cheap test for earlier values in a period reads the same span as the search)."""
+    await memory.remember(resource, "Lives in Paris", key="home.city", happened_at="2015")
+    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
+    in_2016 = facts(await memory.recall(resource, "where did I live in 2016?", mode="lexical"))
+    assert in_2016 == [("Lives in Paris", True), ("Lives in Lyon", False)]

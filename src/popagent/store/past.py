@@ -136,23 +136,27 @@ _HELD_TO = """coalesce(least(
 # The earlier values that held in the world during the period: from their event
 # start (else when written) until ``_HELD_TO``. A value a later one overtook from
 # before it began (told later, holding since earlier) held at no time.
+_HELD_SPAN = f"""CROSS JOIN LATERAL (
+    SELECT coalesce(v.happened_start, v.valid_from) AS held_from, {_HELD_TO} AS held_to
+) h"""
+_HELD_IN_PERIOD = "h.held_from < %(end)s AND h.held_to > %(start)s AND h.held_to > h.held_from"
+
 HELD_DURING = f"""
 SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
 FROM ({_VERSIONS}) v
-CROSS JOIN LATERAL (
-    SELECT coalesce(v.happened_start, v.valid_from) AS held_from, {_HELD_TO} AS held_to
-) h
-WHERE h.held_from < %(end)s AND h.held_to > %(start)s AND h.held_to > h.held_from
+{_HELD_SPAN}
+WHERE {_HELD_IN_PERIOD}
 ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.valid_to DESC
 LIMIT %(pool)s
 """
 
-# Whether any earlier value of the resource overlaps the period, whatever its words:
-# no vector is computed, the versions are read by their primary key's prefix.
-ANY_HELD_DURING = """
-SELECT EXISTS (SELECT 1 FROM popagent_fact_versions v
-               WHERE v.resource_id = %(resource_id)s
-                 AND v.valid_from < %(end)s AND v.valid_to > %(start)s)
+# Whether any earlier value of the resource held during the period, whatever its
+# words: HELD_DURING's own span and test, without a vector computed or matched (the
+# versions are read by their primary key's prefix), so it is true whenever
+# HELD_DURING could find a row.
+ANY_HELD_DURING = f"""
+SELECT EXISTS (SELECT 1 FROM popagent_fact_versions v {_HELD_SPAN}
+               WHERE v.resource_id = %(resource_id)s AND {_HELD_IN_PERIOD})
 """
 
 
