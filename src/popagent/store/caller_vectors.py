@@ -75,9 +75,13 @@ MARK_EXTENDING = "SELECT set_config('popagent.extending_expiry', 'on', true)"
 
 # Only facts still live and with an expiry: a refresh never revives an expired fact
 # nor gives one that never expires an end. No version is written: the value is the same.
+# The new expiry is counted in seconds since the epoch: Citus refuses a stable function
+# given a column in an UPDATE ("STABLE functions used in UPDATE queries cannot be called
+# with column references"), and ``timestamptz + interval`` is one (docs/scaling.md);
+# ``extract`` reads ``now()`` alone, which Citus evaluates once, on the coordinator.
 EXTEND_EXPIRY = """
 UPDATE popagent_memories m
-SET expires_at = now() + t.minutes * interval '1 minute'
+SET expires_at = to_timestamp(extract(epoch FROM now())::float8 + t.minutes * 60)
 FROM unnest(%(ids)s::bigint[], %(minutes)s::float8[]) AS t(id, minutes)
 WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
   AND m.expires_at > now()
