@@ -573,3 +573,29 @@ async def test_writes_run_no_mutable_function_or_operator_where_citus_refuses_on
         for module, name, (table, rule, function) in found
     ]
     assert wrong == [], f"not immutable where Citus refuses it: {wrong}"
+
+
+# A setting a migration's SQL reads; the row-level policies' resource (0018) is left
+# out: multi-resource mode is refused on Citus (``store.tenant.require_boundary``).
+_READ_SETTING = re.compile(r"current_setting\('(popagent\.\w+)'")
+_SET_CONFIG = re.compile(r"set_config\('(popagent\.\w+)'")
+
+
+def test_a_mark_a_trigger_reads_is_set_so_that_citus_passes_it_on() -> None:
+    """A row trigger fires on the worker that holds the row's shard, in Citus's own
+    connection: a transaction's mark set by ``set_config()`` stays on the
+    coordinator (every TTL refresh on a cluster kept a fact version). Each setting
+    the migrations read, but the tenant's, is set by ``SET LOCAL`` in ``store/``,
+    which Citus passes on to the nodes once ``citus.propagate_set_commands`` is
+    ``local``, and the statements that set it say so first."""
+    migrations = "\n".join(p.read_text() for p in (_SRC / "store" / "migrations").glob("*.sql"))
+    read = set(_READ_SETTING.findall(migrations)) - {"popagent.resource_id"}
+    assert "popagent.extending_expiry" in read
+    store = {p.name: p.read_text() for p in (_SRC / "store").glob("*.py")}
+    by_function = {s for text in store.values() for s in _SET_CONFIG.findall(text)}
+    assert read & by_function == set(), "set_config() of a setting a trigger reads"
+    for setting in read:
+        setters = [name for name, text in store.items() if f"SET LOCAL {setting}" in text]
+        assert setters, f"{setting} is never set by SET LOCAL"
+        for name in setters:
+            assert "citus.propagate_set_commands = 'local'" in store[name], name

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from .citus import distributed
 from .database import Conn
 from .vectors import DELETE_MEMORY_VECTORS
 
@@ -70,8 +71,12 @@ GROUP BY e.memory_id
 """
 
 # Marks the transaction so that migration 0023's trigger keeps no version of a fact
-# whose expiry alone this transaction moves.
-MARK_EXTENDING = "SELECT set_config('popagent.extending_expiry', 'on', true)"
+# whose expiry alone this transaction moves. A SET LOCAL, not set_config(): on Citus
+# the trigger fires on the worker that holds the shard, and Citus passes a SET LOCAL
+# (never a function's setting) on to the nodes of the transaction once
+# ``PROPAGATE_SET_LOCAL`` is in force (docs/scaling.md).
+MARK_EXTENDING = "SET LOCAL popagent.extending_expiry = 'on'"
+PROPAGATE_SET_LOCAL = "SET LOCAL citus.propagate_set_commands = 'local'"
 
 # Only facts still live and with an expiry: a refresh never revives an expired fact
 # nor gives one that never expires an end. No version is written: the value is the same.
@@ -151,6 +156,8 @@ async def extend_expiry(conn: Conn, resource_id: str, minutes: Mapping[int, floa
     The caller's transaction is marked as one that extends expiry (no fact versions)."""
     if not minutes:
         return 0
+    if await distributed(conn):
+        await conn.execute(PROPAGATE_SET_LOCAL)
     await conn.execute(MARK_EXTENDING)
     cur = await conn.execute(
         EXTEND_EXPIRY,
