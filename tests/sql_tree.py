@@ -154,16 +154,54 @@ def _conditionals(node: Any) -> Iterator[Node]:
             yield from (n for n in inner.walk() if n.tag in ("CASEEXPR", "COALESCEEXPR"))
 
 
+def _over_columns(node: Any, stable: set[str]) -> Iterator[str]:
+    """The oids of the stable functions and operators in ``node`` that a column (a
+    ``VAR``) reaches, as an argument or deeper. Like Citus's walk
+    (``MasterIrreducibleExpression``), it stops at CASE and COALESCE (the ``case``
+    rule's) and at a subquery (a query of its own)."""
+    stops = ("QUERY", "CASEEXPR", "COALESCEEXPR")
+    stack: list[Any] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        if not isinstance(item, Node) or item.tag in stops:
+            continue
+        oid = item.fields.get("funcid" if item.tag == "FUNCEXPR" else "opfuncid")
+        if str(oid) in stable and _has_column(list(item.fields.values())):
+            yield str(oid)
+        stack.extend(item.fields.values())
+
+
+def _has_column(node: Any) -> bool:
+    stack: list[Any] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, Node) and item.tag not in ("QUERY", "CASEEXPR", "COALESCEEXPR"):
+            if item.tag == "VAR":
+                return True
+            stack.extend(item.fields.values())
+    return False
+
+
 def write_rule_breaches(
-    tree: Node, tables: dict[str, str], mutable: dict[str, str]
+    tree: Node, tables: dict[str, str], mutable: dict[str, str], stable: set[str]
 ) -> list[tuple[str, str, str]]:
     """Where ``tree``'s writes to a table of ``tables`` (relation oid -> name) run a
-    function of ``mutable`` (oid -> name, the functions that are not immutable) where
-    Citus refuses one: ``(table, rule, function)``.
+    function of ``mutable`` (oid -> name, the functions that are not immutable; of
+    them, ``stable`` are the stable ones' oids) where Citus refuses one:
+    ``(table, rule, function)``.
 
     - ``case``: inside CASE or COALESCE of an UPDATE's SET, or of the conditions of
       an UPDATE or DELETE (Citus evaluates a stable function once, on the
       coordinator, but cannot where it might not run);
+    - ``column``: a stable one given a column, in an UPDATE's SET or the conditions
+      of an UPDATE or DELETE (``now() + t.minutes * interval '1 minute'``: the
+      coordinator cannot evaluate it alone; Citus says "STABLE functions used in
+      UPDATE queries cannot be called with column references");
     - ``do update``: anywhere in ``ON CONFLICT ... DO UPDATE`` (its SET but a plain
       column, and its WHERE).
 
@@ -187,10 +225,20 @@ def write_rule_breaches(
         jointree = query.fields.get("jointree")
         quals = jointree.fields.get("quals") if isinstance(jointree, Node) else None
         if command == _UPDATE:
-            entries = query.fields.get("targetList") or []
-            parts += [("case", c) for e in entries if isinstance(e, Node) for c in _conditionals(e)]
+            entries = [
+                e
+                for e in query.fields.get("targetList") or []
+                if isinstance(e, Node) and e.fields.get("resjunk") != "true"
+            ]
+            parts += [("case", c) for e in entries for c in _conditionals(e)]
+            found += [
+                (table, "column", mutable[oid])
+                for e in entries
+                for oid in _over_columns(e.fields.get("expr"), stable)
+            ]
         if command in (_UPDATE, _DELETE):
             parts += [("case", c) for c in _conditionals(quals)]
+            found += [(table, "column", mutable[oid]) for oid in _over_columns(quals, stable)]
         conflict = query.fields.get("onConflict")
         if isinstance(conflict, Node):
             for entry in conflict.fields.get("onConflictSet") or []:

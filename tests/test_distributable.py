@@ -14,7 +14,8 @@ earlier version broke (found by running the suite on a cluster, docs/scaling.md)
 
 - no statement-level trigger and no transition table on a distributed table;
 - no function that is not immutable in ``ON CONFLICT ... DO UPDATE``, nor inside
-  CASE or COALESCE of an UPDATE or DELETE, and no volatile one
+  CASE or COALESCE of an UPDATE or DELETE, no stable one given a column in an
+  UPDATE's SET or the conditions of an UPDATE or DELETE, and no volatile one
   (``clock_timestamp()``, ``random()``) in a write: on reference tables as on
   distributed ones, and for operators as for functions called by name
   (``timestamptz - interval`` is stable), which PostgreSQL's own parse tree of
@@ -473,7 +474,8 @@ async def test_updates_and_deletes_keep_stable_functions_out_of_case_and_coalesc
 # What Citus refused on a cluster, each found by the parse tree where the scan of
 # names saw nothing: a stable operator in DO UPDATE SET (every failed login
 # answered 500), ``now()`` inside CASE of an UPDATE of a reference table, in a
-# modifying CTE (every key's request was refused).
+# modifying CTE (every key's request was refused), a stable operator given a
+# column in an UPDATE's SET (every read that refreshes a LangGraph item's TTL).
 _REFUSED_BY_CITUS = {
     "login failures": (
         """
@@ -499,6 +501,16 @@ _REFUSED_BY_CITUS = {
         """,
         ("popagent_api_keys", "case", "now"),
     ),
+    "fact expiry": (
+        """
+        UPDATE popagent_memories m
+        SET expires_at = now() + t.minutes * interval '1 minute'
+        FROM unnest(%(ids)s::bigint[], %(minutes)s::float8[]) AS t(id, minutes)
+        WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
+          AND m.expires_at > now()
+        """,
+        ("popagent_memories", "column", "timestamptz_pl_interval"),
+    ),
 }
 
 
@@ -515,16 +527,18 @@ async def _write_rule_breaches(
         )
         tables = {r["oid"]: r["relname"] for r in await cur.fetchall()}
         cur = await conn.execute(
-            "SELECT oid::text AS oid, proname FROM pg_proc WHERE provolatile <> 'i'"
+            "SELECT oid::text AS oid, proname, provolatile FROM pg_proc WHERE provolatile <> 'i'"
         )
-        mutable = {r["oid"]: r["proname"] for r in await cur.fetchall()}
+        rows = await cur.fetchall()
+        mutable = {r["oid"]: r["proname"] for r in rows}
+        stable = {r["oid"] for r in rows if r["provolatile"] == "s"}
         parsed, found = set(), []
         for module, name, text in texts:
             tree = await parse_tree(conn, text)
             if tree is None:
                 continue
             parsed.add((module, name))
-            found += [(module, name, b) for b in write_rule_breaches(tree, tables, mutable)]
+            found += [(module, name, b) for b in write_rule_breaches(tree, tables, mutable, stable)]
     assert len(tables) >= 15, "the popagent tables should be there"
     return parsed, found
 
@@ -546,8 +560,9 @@ async def test_writes_run_no_mutable_function_or_operator_where_citus_refuses_on
 ) -> None:
     """Every statement of ``store/`` that PostgreSQL prepares alone, read from its parse
     tree: nothing that is not immutable, function or operator, inside CASE or
-    COALESCE of an UPDATE or DELETE, nor in ``ON CONFLICT ... DO UPDATE``, of any
-    popagent table, distributed or reference."""
+    COALESCE of an UPDATE or DELETE, nor in ``ON CONFLICT ... DO UPDATE``, and no
+    stable one given a column in an UPDATE's SET or the conditions of an UPDATE or
+    DELETE, of any popagent table, distributed or reference."""
     statements = _statements()
     parsed, found = await _write_rule_breaches(memory, statements)
     credentials = {("keys", "AUTHENTICATE_KEY"), ("keys", "SPEND_KEY"), ("keys", "RECORD_FAILURE")}
@@ -558,3 +573,29 @@ async def test_writes_run_no_mutable_function_or_operator_where_citus_refuses_on
         for module, name, (table, rule, function) in found
     ]
     assert wrong == [], f"not immutable where Citus refuses it: {wrong}"
+
+
+# A setting a migration's SQL reads; the row-level policies' resource (0018) is left
+# out: multi-resource mode is refused on Citus (``store.tenant.require_boundary``).
+_READ_SETTING = re.compile(r"current_setting\('(popagent\.\w+)'")
+_SET_CONFIG = re.compile(r"set_config\('(popagent\.\w+)'")
+
+
+def test_a_mark_a_trigger_reads_is_set_so_that_citus_passes_it_on() -> None:
+    """A row trigger fires on the worker that holds the row's shard, in Citus's own
+    connection: a transaction's mark set by ``set_config()`` stays on the
+    coordinator (every TTL refresh on a cluster kept a fact version). Each setting
+    the migrations read, but the tenant's, is set by ``SET LOCAL`` in ``store/``,
+    which Citus passes on to the nodes once ``citus.propagate_set_commands`` is
+    ``local``, and the statements that set it say so first."""
+    migrations = "\n".join(p.read_text() for p in (_SRC / "store" / "migrations").glob("*.sql"))
+    read = set(_READ_SETTING.findall(migrations)) - {"popagent.resource_id"}
+    assert "popagent.extending_expiry" in read
+    store = {p.name: p.read_text() for p in (_SRC / "store").glob("*.py")}
+    by_function = {s for text in store.values() for s in _SET_CONFIG.findall(text)}
+    assert read & by_function == set(), "set_config() of a setting a trigger reads"
+    for setting in read:
+        setters = [name for name, text in store.items() if f"SET LOCAL {setting}" in text]
+        assert setters, f"{setting} is never set by SET LOCAL"
+        for name in setters:
+            assert "citus.propagate_set_commands = 'local'" in store[name], name

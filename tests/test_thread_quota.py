@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 from click.testing import CliRunner
 
 from popagent.cli import main
@@ -98,6 +99,7 @@ async def test_every_message_write_counts_its_bytes(
     assert await _bytes(root, other_resource) == (0, None)
 
 
+@pytest.mark.plain_postgresql  # a --multi-resource server, which Citus refuses
 async def test_a_tenant_over_its_byte_quota_through_items_gets_429(
     tmp_path: Path, database_url: str, root: Popagent
 ) -> None:

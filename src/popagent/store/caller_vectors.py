@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 
+from .citus import distributed
 from .database import Conn
 from .vectors import DELETE_MEMORY_VECTORS
 
@@ -74,14 +75,22 @@ GROUP BY e.memory_id
 """
 
 # Marks the transaction so that migration 0023's trigger keeps no version of a fact
-# whose expiry alone this transaction moves.
-MARK_EXTENDING = "SELECT set_config('popagent.extending_expiry', 'on', true)"
+# whose expiry alone this transaction moves. A SET LOCAL, not set_config(): on Citus
+# the trigger fires on the worker that holds the shard, and Citus passes a SET LOCAL
+# (never a function's setting) on to the nodes of the transaction once
+# ``PROPAGATE_SET_LOCAL`` is in force (docs/scaling.md).
+MARK_EXTENDING = "SET LOCAL popagent.extending_expiry = 'on'"
+PROPAGATE_SET_LOCAL = "SET LOCAL citus.propagate_set_commands = 'local'"
 
 # Only facts still live and with an expiry: a refresh never revives an expired fact
 # nor gives one that never expires an end. No version is written: the value is the same.
+# The new expiry is counted in seconds since the epoch: Citus refuses a stable function
+# given a column in an UPDATE ("STABLE functions used in UPDATE queries cannot be called
+# with column references"), and ``timestamptz + interval`` is one (docs/scaling.md);
+# ``extract`` reads ``now()`` alone, which Citus evaluates once, on the coordinator.
 EXTEND_EXPIRY = """
 UPDATE popagent_memories m
-SET expires_at = now() + t.minutes * interval '1 minute'
+SET expires_at = to_timestamp(extract(epoch FROM now())::float8 + t.minutes * 60)
 FROM unnest(%(ids)s::bigint[], %(minutes)s::float8[]) AS t(id, minutes)
 WHERE m.resource_id = %(resource_id)s AND m.id = t.id AND m.kind = 'fact'
   AND m.expires_at > now()
@@ -154,6 +163,8 @@ async def extend_expiry(conn: Conn, resource_id: str, minutes: Mapping[int, floa
     The caller's transaction is marked as one that extends expiry (no fact versions)."""
     if not minutes:
         return 0
+    if await distributed(conn):
+        await conn.execute(PROPAGATE_SET_LOCAL)
     await conn.execute(MARK_EXTENDING)
     cur = await conn.execute(
         EXTEND_EXPIRY,
