@@ -10,6 +10,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from popagent import LongTermMemory
+from popagent.memory.render import render
 from popagent.models import RecallResult
 
 
@@ -140,3 +141,16 @@ async def test_a_value_told_today_about_long_ago_is_found_for_its_period(
     await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
     in_2016 = facts(await memory.recall(resource, "where did I live in 2016?", mode="lexical"))
     assert in_2016 == [("Lives in Paris", True), ("Lives in Lyon", False)]
+
+
+async def test_a_past_values_label_gives_the_span_it_held_in_the_world(
+    memory: LongTermMemory, resource: str
+) -> None:
+    """Told today, both values: the block labels Paris by when it held (2015 until
+    Lyon began in 2019), not by the day the store learnt it."""
+    await memory.remember(resource, "Lives in Paris", key="home.city", happened_at="2015")
+    await memory.remember(resource, "Lives in Lyon", key="home.city", happened_at="2019")
+    in_2016 = await memory.recall(resource, "where did I live in 2016?", mode="lexical")
+    assert "past value 2015-01-01 to 2019-01-01] Lives in Paris" in render(in_2016)
+    in_2017 = await memory.recall(resource, "where do I live?", as_of="2017-06-01")
+    assert "past value 2015-01-01 to 2019-01-01] Lives in Paris" in render(in_2017)

@@ -460,7 +460,14 @@ def test_ctrl_c_in_popagent_chat_marks_the_turn_interrupted_at_once(
 
     try:
         process.send_signal(signal.SIGINT)
-        wait_for(lambda: status() == "interrupted", "the turn marked interrupted")
+        try:
+            wait_for(lambda: status() == "interrupted", "the turn marked interrupted", 60)
+        except AssertionError as exc:  # say what the chat printed (seen once under load)
+            process.kill()
+            printed, _ = process.communicate(timeout=30)
+            raise AssertionError(
+                f"{exc}; the turn: {status()}; the chat printed:\n{printed}"
+            ) from exc
         output, _ = process.communicate(input="", timeout=60)  # EOF at the prompt: leave
     finally:
         if process.poll() is None:

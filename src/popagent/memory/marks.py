@@ -21,7 +21,12 @@ def notes(result: RecallResult) -> list[str]:
     out: list[str] = []
     memory = result.memory
     if result.until is not None:
-        start = memory.updated_at.date().isoformat()
+        # From when it began to hold: its event start where it has one (``until`` is
+        # the event clock's too, store.past), else when it was written.
+        began = memory.happened_start
+        if began is None or began >= result.until:
+            began = memory.updated_at
+        start = began.date().isoformat()
         out.append(f"past value {start} to {result.until.date().isoformat()}")
     if memory.stale_since is not None and memory.stale_source is not None:
         changed = memory.stale_since.date().isoformat()

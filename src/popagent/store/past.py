@@ -92,37 +92,6 @@ def _held_by_world(alias: str, written: str) -> str:
     )
 
 
-AT_MOMENT = f"""
-(SELECT {_MEMORY_COLUMNS}, length(m.search_vector) AS length,
-        {_TF.format(vector="m.search_vector")} AS tf, NULL::timestamptz AS until
- FROM popagent_memories m
- WHERE m.resource_id = %(resource_id)s AND m.search_vector @@ %(tsquery)s::tsquery
-   AND CASE WHEN m.kind = 'fact' THEN {_held_by_world("m", "updated_at")}
-            ELSE (%(known_at)s::timestamptz IS NULL OR m.created_at <= %(known_at)s)
-                 AND (%(as_of)s::timestamptz IS NULL
-                      OR least(m.created_at, m.happened_start) <= %(as_of)s) END
-   AND (m.expires_at IS NULL OR m.expires_at > %(world)s)
- ORDER BY ts_rank(m.search_vector, %(tsquery)s::tsquery) DESC, m.id DESC
- LIMIT %(pool)s)
-UNION ALL
-(SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
- FROM ({_VERSIONS}
-         AND {_held_by_world("v", "valid_from")}
-         AND NOT (v.ended <> 'updated' AND v.valid_to <= %(gone_by)s)
-         AND (v.expires_at IS NULL OR v.expires_at > %(world)s)
-         -- The value told last of those that had begun to hold is the one that held.
-         AND NOT EXISTS (
-             SELECT 1 FROM popagent_fact_versions w
-             WHERE w.resource_id = %(resource_id)s AND w.fact_id = v.fact_id
-               AND w.version > v.version AND {_held_by_world("w", "valid_from")})
-         AND NOT EXISTS (
-             SELECT 1 FROM popagent_memories c
-             WHERE c.resource_id = %(resource_id)s AND c.id = v.fact_id AND c.kind = 'fact'
-               AND {_held_by_world("c", "updated_at")})) v
- ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.fact_id DESC
- LIMIT %(pool)s)
-"""
-
 # When an earlier value stopped holding in the world: when a value told after it
 # began to hold (its event start, else when written: the first of them), or when it
 # was deleted or expired; without either (an operator's edit), when it was replaced.
@@ -141,8 +110,42 @@ _HELD_SPAN = f"""CROSS JOIN LATERAL (
 ) h"""
 _HELD_IN_PERIOD = "h.held_from < %(end)s AND h.held_to > %(start)s AND h.held_to > h.held_from"
 
+AT_MOMENT = f"""
+(SELECT {_MEMORY_COLUMNS}, length(m.search_vector) AS length,
+        {_TF.format(vector="m.search_vector")} AS tf, NULL::timestamptz AS until
+ FROM popagent_memories m
+ WHERE m.resource_id = %(resource_id)s AND m.search_vector @@ %(tsquery)s::tsquery
+   AND CASE WHEN m.kind = 'fact' THEN {_held_by_world("m", "updated_at")}
+            ELSE (%(known_at)s::timestamptz IS NULL OR m.created_at <= %(known_at)s)
+                 AND (%(as_of)s::timestamptz IS NULL
+                      OR least(m.created_at, m.happened_start) <= %(as_of)s) END
+   AND (m.expires_at IS NULL OR m.expires_at > %(world)s)
+ ORDER BY ts_rank(m.search_vector, %(tsquery)s::tsquery) DESC, m.id DESC
+ LIMIT %(pool)s)
+UNION ALL
+(SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")},
+        -- Until when it held: in the world (as of a date), or in the store (known_at).
+        CASE WHEN %(event)s THEN h.held_to ELSE v.valid_to END
+ FROM ({_VERSIONS}
+         AND {_held_by_world("v", "valid_from")}
+         AND NOT (v.ended <> 'updated' AND v.valid_to <= %(gone_by)s)
+         AND (v.expires_at IS NULL OR v.expires_at > %(world)s)
+         -- The value told last of those that had begun to hold is the one that held.
+         AND NOT EXISTS (
+             SELECT 1 FROM popagent_fact_versions w
+             WHERE w.resource_id = %(resource_id)s AND w.fact_id = v.fact_id
+               AND w.version > v.version AND {_held_by_world("w", "valid_from")})
+         AND NOT EXISTS (
+             SELECT 1 FROM popagent_memories c
+             WHERE c.resource_id = %(resource_id)s AND c.id = v.fact_id AND c.kind = 'fact'
+               AND {_held_by_world("c", "updated_at")})) v
+ {_HELD_SPAN}
+ ORDER BY ts_rank(v.vector, %(tsquery)s::tsquery) DESC, v.fact_id DESC
+ LIMIT %(pool)s)
+"""
+
 HELD_DURING = f"""
-SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, v.valid_to
+SELECT {VERSION_AS_MEMORY}, length(v.vector), {_TF.format(vector="v.vector")}, h.held_to
 FROM ({_VERSIONS}) v
 {_HELD_SPAN}
 WHERE {_HELD_IN_PERIOD}
