@@ -20,8 +20,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
+from collections.abc import Coroutine
 from contextlib import AsyncExitStack
+from typing import Any
 
 import click
 
@@ -256,7 +259,7 @@ class _Chat:
             self.resource_id, self.session_id, text, on_text=on_text if self.stream else None
         )
         try:
-            result = self.runner.run(turn)
+            result = self._interruptible(turn)
         except TurnFailedError as exc:
             self._fail(streamed, f"Error: {exc.message}")
             click.echo(
@@ -281,6 +284,35 @@ class _Chat:
             click.echo(f"  [{call.name}: {one_line(shown, 200)}]")
         if self.show_memories:
             self._show_memories()
+
+    def _interruptible(self, turn: Coroutine[Any, Any, TurnResult]) -> TurnResult:
+        """Run ``turn``; Ctrl-C (SIGINT) cancels it, and ``KeyboardInterrupt`` follows.
+
+        The handler is the event loop's, and only while the turn runs (at the prompt,
+        Ctrl-C is Python's ``KeyboardInterrupt`` as before). The loop's handler comes
+        with a wakeup descriptor, which wakes the loop whichever thread the kernel gave
+        the signal to: the embedding model's threads can take it too, and Python's own
+        handler (``asyncio.Runner``'s) then waited for the loop's next wakeup, which a
+        turn waiting on its model call may not have for a minute.
+        """
+        loop = self.runner.get_loop()
+
+        async def cancellable() -> TurnResult:
+            task = asyncio.current_task()
+            assert task is not None
+            try:
+                loop.add_signal_handler(signal.SIGINT, task.cancel)
+            except (NotImplementedError, RuntimeError, ValueError):  # not here: Python's
+                return await turn
+            try:
+                return await turn
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
+
+        try:
+            return self.runner.run(cancellable())
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
 
     @staticmethod
     def _fail(streamed: bool, message: str) -> None:
